@@ -1,0 +1,78 @@
+"""The shape of one engine step, as the cost model sees it.
+
+The scheduler decides *which* tokens run; the cost model only needs aggregates of that
+decision.  Keeping this a small immutable record lets cost models (roofline, calibrated,
+transferred) be swapped without touching the engine, and lets the engine price runs of
+decode-only steps in one vectorised call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """Aggregates of one step's work (per replica, before tensor-parallel sharding).
+
+    - ``prefill_tokens``: new prompt (or recomputed) tokens over all prefill chunks.
+    - ``prefill_seqs``: how many requests contribute a prefill chunk.
+    - ``prefill_attn_pairs``: sum over chunks of query x key pairs with the causal mask,
+      ``q * ctx + q * (q + 1) / 2`` for a chunk of ``q`` tokens after ``ctx`` cached ones.
+    - ``prefill_kv_tokens``: sum over chunks of ``ctx + q`` (KV entries the chunk reads).
+    - ``decode_seqs``: requests decoding one token each.
+    - ``decode_kv_tokens``: sum of the decodes' context lengths (KV entries read).
+    - ``max_prefill_chunk``: the longest chunk in the step (kernel tile effects).
+    """
+
+    prefill_tokens: int = 0
+    prefill_seqs: int = 0
+    prefill_attn_pairs: float = 0.0
+    prefill_kv_tokens: int = 0
+    decode_seqs: int = 0
+    decode_kv_tokens: int = 0
+    max_prefill_chunk: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prefill_tokens + self.decode_seqs
+
+    @property
+    def num_seqs(self) -> int:
+        return self.prefill_seqs + self.decode_seqs
+
+    @staticmethod
+    def from_chunks(chunks: list[tuple[int, int]], decode_contexts: list[int]) -> BatchShape:
+        """Build from ``(chunk_tokens, cached_context)`` pairs and decode context lengths."""
+        q = np.asarray([c[0] for c in chunks], dtype=np.float64)
+        ctx = np.asarray([c[1] for c in chunks], dtype=np.float64)
+        return BatchShape(
+            prefill_tokens=int(q.sum()),
+            prefill_seqs=len(chunks),
+            prefill_attn_pairs=float((q * ctx + q * (q + 1) / 2).sum()),
+            prefill_kv_tokens=int((q + ctx).sum()),
+            decode_seqs=len(decode_contexts),
+            decode_kv_tokens=int(sum(decode_contexts)),
+            max_prefill_chunk=int(q.max()) if len(chunks) else 0,
+        )
+
+
+class CostModel(Protocol):
+    """Prices engine steps in seconds.
+
+    ``kind`` names what serves the prediction (``roofline``, ``calibrated``, ``transferred``)
+    and is reported with every result.  ``decode_run`` prices ``steps`` consecutive decode-only
+    steps of ``seqs`` requests whose summed context starts at ``kv_tokens`` and grows by
+    ``seqs`` per step; it must equal calling ``step_time`` on each step, element for element.
+    """
+
+    kind: str
+
+    def step_time(self, batch: BatchShape) -> float: ...
+
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> np.ndarray: ...
+
+    def describe(self) -> dict[str, object]: ...
