@@ -1,0 +1,29 @@
+"""Atomic file writes: write a temporary file beside the target, then rename over it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+
+def atomic_write(path: str | Path, fill: Callable[[IO[bytes]], None]) -> None:
+    """Create or replace ``path`` with what ``fill`` writes; readers never see a partial file."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fill(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode()))

@@ -1,0 +1,163 @@
+"""The ``latsim`` command line: parse arguments, call the library, print or write.
+
+Every error a user can cause ends as one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from latsim.config import load_deployment_file
+from latsim.scenario import Settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Predict LLM serving latency (TTFT, TPOT, ITL, E2E) before deploying.")
+out = Console()
+err = Console(stderr=True)
+
+
+class UserError(Exception):
+    """A problem with the user's input: reported as one line, exit status 2."""
+
+
+Opt = typer.Option
+
+
+@app.command()
+def predict(
+    model: Annotated[Optional[str], Opt(help="Catalog name (see `latsim models`) or HF config.json path")] = None,
+    device: Annotated[Optional[str], Opt(help="GPU name (see `latsim devices`)")] = None,
+    tp: Annotated[Optional[int], Opt(help="Tensor-parallel GPUs per replica")] = None,
+    replicas: Annotated[Optional[int], Opt(help="Engine replicas behind the router")] = None,
+    router: Annotated[Optional[str], Opt(help="round-robin | least-outstanding")] = None,
+    engine: Annotated[Optional[str], Opt(help="vllm | static")] = None,
+    weight_dtype: Annotated[Optional[str], Opt(help="bf16 | fp16 | fp8 | int8 | int4")] = None,
+    kv_cache_dtype: Annotated[Optional[str], Opt(help="bf16 | fp16 | fp8")] = None,
+    qps: Annotated[Optional[float], Opt(help="Mean request rate (req/s)")] = None,
+    trace: Annotated[Optional[Path], Opt(help="Trace file: latsim JSONL/CSV or Azure CSV")] = None,
+    arrival: Annotated[Optional[str], Opt(help="poisson | gamma:cv=2 | constant | burst")] = None,
+    input_len: Annotated[Optional[int], Opt(help="Fixed prompt length")] = None,
+    input_dist: Annotated[Optional[str], Opt(help="Prompt length spec, e.g. lognormal:median=600,sigma=0.8")] = None,
+    output_len: Annotated[Optional[int], Opt(help="Fixed output length")] = None,
+    output_dist: Annotated[Optional[str], Opt(help="Output length spec")] = None,
+    num_requests: Annotated[Optional[int], Opt(help="Requests to simulate (default 1000)")] = None,
+    seed: Annotated[Optional[int], Opt(help="Random seed")] = None,
+    max_num_seqs: Annotated[Optional[int], Opt()] = None,
+    max_num_batched_tokens: Annotated[Optional[int], Opt()] = None,
+    block_size: Annotated[Optional[int], Opt()] = None,
+    gpu_memory_utilization: Annotated[Optional[float], Opt()] = None,
+    max_model_len: Annotated[Optional[int], Opt()] = None,
+    num_gpu_blocks: Annotated[Optional[int], Opt(help="Override the KV blocks the memory plan gives")] = None,
+    no_chunked_prefill: Annotated[bool, Opt("--no-chunked-prefill")] = False,
+    no_prefix_caching: Annotated[bool, Opt("--no-prefix-caching")] = False,
+    slo_ttft_ms: Annotated[Optional[float], Opt(help="TTFT SLO for goodput")] = None,
+    slo_tpot_ms: Annotated[Optional[float], Opt(help="TPOT SLO for goodput")] = None,
+    config: Annotated[Optional[Path], Opt(help="Deployment YAML file with the same settings")] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print exactly one JSON object")] = False,
+    out_dir: Annotated[Optional[Path], Opt("--out", help="Write requests.parquet and summary.json here")] = None,
+) -> None:
+    """Simulate a deployment under a workload and report latency percentiles."""
+    from latsim.engine.simulate import simulate
+    from latsim.metrics.summary import SLO
+    from latsim.report.output import write_outputs
+    from latsim.report.tables import latency_table, system_table
+    from latsim.scenario import build_deployment, build_trace, merge
+
+    flags = Settings(
+        model=model, device=device, tp=tp, replicas=replicas, router=router, weight_dtype=weight_dtype,
+        kv_dtype=kv_cache_dtype, engine=engine, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
+        gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+        enable_chunked_prefill=False if no_chunked_prefill else None,
+        enable_prefix_caching=False if no_prefix_caching else None, num_gpu_blocks=num_gpu_blocks,
+        qps=qps, trace=str(trace) if trace else None, arrival=arrival, input_len=input_len,
+        input_dist=input_dist, output_len=output_len, output_dist=output_dist, num_requests=num_requests,
+        seed=seed,
+    )
+    settings = merge(flags, load_deployment_file(config) if config else None)
+    deployment = build_deployment(settings)
+    workload = build_trace(settings)
+    slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
+    result = simulate(deployment, workload, seed=settings.seed or 0, slo=slo)
+    _check_outcome(result.summary, len(workload))
+    if out_dir:
+        write_outputs(result, out_dir)
+    if as_json:
+        print(json.dumps(result.summary, allow_nan=False, default=_json_default))
+        return
+    title = (f"{deployment.model.name} on {deployment.replicas}x{deployment.tp}x {deployment.device.name} "
+             f"({deployment.engine.engine})")
+    out.print(latency_table(result.summary))
+    out.print(system_table(result.summary, title))
+
+
+def _json_default(x: object) -> object:
+    if hasattr(x, "item"):
+        return x.item()  # numpy scalar
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def _check_outcome(summary: dict, num_requests: int) -> None:
+    if summary["num_rejected"] == num_requests:
+        raise UserError(
+            f"every request is longer than max_model_len={summary['max_model_len']} (prompt + output); "
+            "shorten the workload or raise --max-model-len"
+        )
+    if summary["num_rejected"]:
+        err.print(f"warning: {summary['num_rejected']} requests exceed max_model_len="
+                  f"{summary['max_model_len']} and were rejected, as vLLM rejects them")
+    if summary["num_unfinished"]:
+        rate = summary.get("throughput_rps") or 0.0
+        offered = summary.get("offered_rps")
+        raise UserError(
+            f"unstable: {summary['num_unfinished']} of {num_requests} requests were still unfinished after "
+            f"{summary['horizon_s']:.0f} simulated seconds; the deployment completes about {rate:.2f} req/s"
+            + (f" against {offered:.2f} req/s offered" if offered else "")
+            + "; lower --qps or add replicas"
+        )
+
+
+@app.command()
+def models() -> None:
+    """List the built-in model catalog."""
+    from latsim.report.catalog import models_table
+
+    out.print(models_table())
+
+
+@app.command()
+def devices() -> None:
+    """List the GPU catalog (and which GPUs have measured calibration)."""
+    from latsim.report.catalog import devices_table
+
+    out.print(devices_table())
+
+
+def main() -> None:
+    """Console entry point: run the app, turning user errors into one line and exit status 2."""
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except (UserError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as exc:  # click usage errors carry their own exit code
+        code = getattr(exc, "exit_code", None)
+        if code is not None and hasattr(exc, "show"):
+            exc.show()
+            sys.exit(code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""What is deployed: a model on a device type, its parallelism and the engine's knobs.
+
+``EngineConfig`` fields left ``None`` take the serving engine's own defaults for the device
+(:func:`resolve_engine`), so a deployment that sets nothing behaves like ``vllm serve`` with
+no flags.  Validation happens here, once, with messages that name the bad value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from latsim.catalog.devices import DeviceSpec
+from latsim.catalog.models import KV_DTYPES, WEIGHT_DTYPES, ModelSpec
+
+ENGINES = ("vllm", "static", "vllm-exact")
+ROUTERS = ("round-robin", "least-outstanding")
+
+# vLLM 0.25.1 OpenAI-server defaults (vllm/engine/arg_utils.py, usage context OPENAI_API_SERVER):
+# GPUs with >= 70 GiB that are not A100 get the large defaults; every other GPU the small ones.
+LARGE_GPU_MIN_GIB = 70.0
+SERVER_DEFAULTS_LARGE = (8192, 1024)  # (max_num_batched_tokens, max_num_seqs)
+SERVER_DEFAULTS_SMALL = (2048, 256)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Serving-engine knobs; ``None`` means "the engine's default for this device"."""
+
+    engine: str = "vllm"
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    async_scheduling: bool = True
+    num_gpu_blocks: int | None = None
+    static_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks",
+                     "static_batch_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.block_size not in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+            raise ValueError(f"block_size must be a power of two in 1..256, got {self.block_size}")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A model served on ``replicas`` engines of ``tp`` GPUs of type ``device`` each."""
+
+    model: ModelSpec
+    device: DeviceSpec
+    tp: int = 1
+    replicas: int = 1
+    router: str = "round-robin"
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.replicas < 1:
+            raise ValueError(f"tp and replicas must be >= 1, got tp={self.tp}, replicas={self.replicas}")
+        if self.model.num_heads % self.tp != 0:
+            divisors = [d for d in (1, 2, 4, 8, 16) if self.model.num_heads % d == 0]
+            raise ValueError(
+                f"tp={self.tp} does not divide the {self.model.num_heads} attention heads of "
+                f"{self.model.name}; use one of {divisors}"
+            )
+        if self.tp > self.device.max_gpus_per_node:
+            raise ValueError(
+                f"tp={self.tp} exceeds the {self.device.max_gpus_per_node} GPUs per node of {self.device.name}"
+            )
+        if self.router not in ROUTERS:
+            raise ValueError(f"router must be one of {', '.join(ROUTERS)}, got {self.router!r}")
+        if self.weight_dtype not in WEIGHT_DTYPES:
+            raise ValueError(f"weight dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {self.weight_dtype!r}")
+        if self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv-cache dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_dtype!r}")
+
+
+def server_defaults(device: DeviceSpec) -> tuple[int, int]:
+    """vLLM's OpenAI-server ``(max_num_batched_tokens, max_num_seqs)`` for ``device``."""
+    is_a100 = device.name.startswith("a100")
+    if device.memory_gib >= LARGE_GPU_MIN_GIB and not is_a100:
+        return SERVER_DEFAULTS_LARGE
+    return SERVER_DEFAULTS_SMALL
+
+
+def resolve_engine(deployment: Deployment) -> EngineConfig:
+    """Fill the engine's defaulted knobs for this device (max_model_len is left to the memory plan)."""
+    cfg = deployment.engine
+    tokens, seqs = server_defaults(deployment.device)
+    return replace(
+        cfg,
+        max_num_batched_tokens=cfg.max_num_batched_tokens or tokens,
+        max_num_seqs=cfg.max_num_seqs or seqs,
+    )

@@ -1,0 +1,76 @@
+"""Per-request scheduler state (one small mutable object per live request)."""
+
+from __future__ import annotations
+
+import math
+
+WAITING, RUNNING, PREEMPTED, FINISHED, REJECTED = range(5)
+
+
+class Req:
+    """A request inside one replica.
+
+    ``num_computed`` counts tokens whose KV is in the cache (prompt, recomputed output and
+    decoded tokens); ``num_tokens = prompt + generated`` is what must be computed before the
+    next token can be sampled.  ``keys`` maps block index -> content key for the blocks this
+    request references that can be found again (prefix-group blocks, or its own blocks after a
+    preemption); every other block it holds is anonymous.
+    """
+
+    __slots__ = (
+        "arrival",
+        "cached_tokens",
+        "cached_upto",
+        "finish",
+        "first_scheduled",
+        "first_token",
+        "generated",
+        "group",
+        "idx",
+        "keys",
+        "last_token",
+        "num_blocks",
+        "num_computed",
+        "preemptions",
+        "prefix_blocks",
+        "prompt",
+        "replica",
+        "state",
+        "target",
+    )
+
+    def __init__(self, idx: int, arrival: float, prompt: int, target: int, group: int = -1,
+                 prefix_tokens: int = 0, block_size: int = 16) -> None:
+        self.idx = idx
+        self.arrival = arrival
+        self.prompt = prompt
+        self.target = target
+        self.group = group
+        self.prefix_blocks = min(prefix_tokens, prompt) // block_size if group >= 0 else 0
+        self.generated = 0
+        self.replica = -1
+        self.num_computed = 0
+        self.num_blocks = 0
+        self.keys: dict[int, object] = {}
+        self.cached_upto = 0
+        self.cached_tokens = 0
+        self.preemptions = 0
+        self.state = WAITING
+        self.first_scheduled = math.nan
+        self.first_token = math.nan
+        self.last_token = math.nan
+        self.finish = math.nan
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt + self.generated
+
+    def block_key(self, i: int) -> tuple:
+        """Content key of block ``i``: shared within a prefix group, else private."""
+        if i < self.prefix_blocks:
+            return ("g", self.group, i)
+        return ("r", self.idx, i)
+
+    def __repr__(self) -> str:
+        return (f"Req({self.idx}, prompt={self.prompt}, gen={self.generated}/{self.target}, "
+                f"computed={self.num_computed}, blocks={self.num_blocks})")

@@ -1,0 +1,45 @@
+"""Scheduler selection: engine name -> scheduler class (one place to add engines)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from latsim.deployment import EngineConfig
+from latsim.engine.memory import MemoryPlan
+from latsim.engine.scheduler import SchedulerLimits, VllmScheduler
+from latsim.engine.static import StaticBatchScheduler
+
+
+def limits_for(engine: EngineConfig, memory: MemoryPlan) -> SchedulerLimits:
+    """Resolved scheduler limits (``engine`` must come from ``resolve_engine``)."""
+    assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None
+    tokens = engine.max_num_batched_tokens
+    if not engine.enable_chunked_prefill:
+        tokens = max(tokens, memory.max_model_len)
+    return SchedulerLimits(
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=tokens,
+        max_model_len=memory.max_model_len,
+        block_size=engine.block_size,
+        enable_chunked_prefill=engine.enable_chunked_prefill,
+        enable_prefix_caching=engine.enable_prefix_caching,
+    )
+
+
+def _vllm(engine: EngineConfig, memory: MemoryPlan):
+    return VllmScheduler(limits_for(engine, memory), memory.num_blocks)
+
+
+def _static(engine: EngineConfig, memory: MemoryPlan):
+    limits = limits_for(engine, memory)
+    return StaticBatchScheduler(limits, memory.num_blocks, engine.static_batch_size or limits.max_num_seqs)
+
+
+SCHEDULERS: dict[str, Callable] = {"vllm": _vllm, "static": _static}
+
+
+def make_scheduler(engine: EngineConfig, memory: MemoryPlan):
+    try:
+        return SCHEDULERS[engine.engine](engine, memory)
+    except KeyError:
+        raise ValueError(f"engine must be one of {', '.join(SCHEDULERS)}, got {engine.engine!r}") from None

@@ -1,0 +1,139 @@
+"""``simulate(deployment, trace)``: the whole prediction in one call.
+
+Plans memory, builds one scheduler and replica per engine instance, replays the trace through
+the router on a SimPy clock, and returns per-request records plus a summary.  Same inputs and
+seed give identical results in any process (the only randomness is the bootstrap of the
+confidence intervals, drawn from ``seed``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from latsim.costmodel.batch import CostModel
+from latsim.deployment import Deployment, resolve_engine
+from latsim.engine.memory import MemoryPlan, plan_memory
+from latsim.engine.recorder import Recorder
+from latsim.engine.replica import Replica
+from latsim.engine.request import FINISHED, REJECTED, Req
+from latsim.engine.router import ArrivalFeed, make_router
+from latsim.engine.schedulers import make_scheduler
+from latsim.metrics.summary import SLO, summarize
+from latsim.workload.trace import RequestTrace
+
+STATUS = {FINISHED: "ok", REJECTED: "rejected"}
+
+
+@dataclass
+class SimulationResult:
+    """Per-request records (one row per request), ITL samples, and the summary dict."""
+
+    records: pd.DataFrame
+    itl_values_s: np.ndarray
+    itl_weights: np.ndarray
+    summary: dict
+    memory: MemoryPlan
+    extra: dict = field(default_factory=dict)
+
+
+def default_horizon(trace: RequestTrace) -> float:
+    """Simulated seconds after which unfinished requests are reported instead of waited for."""
+    if not len(trace):
+        return 0.0
+    last = float(trace.arrival_s[-1])
+    return last + max(600.0, 10.0 * trace.duration_s)
+
+
+def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost_model: CostModel | None = None,
+             slo: SLO | None = None, horizon_s: float | None = None, fast_forward: bool = True) -> SimulationResult:
+    """Simulate ``trace`` served by ``deployment``; see :class:`SimulationResult`."""
+    if not len(trace):
+        raise ValueError("the workload has no requests")
+    memory = plan_memory(deployment)
+    engine = resolve_engine(deployment)
+    if cost_model is None:
+        from latsim.costmodel.factory import build_cost_model
+
+        cost_model = build_cost_model(deployment.model, deployment.device, deployment.tp,
+                                      deployment.weight_dtype, deployment.kv_dtype)
+    horizon = default_horizon(trace) if horizon_s is None else horizon_s
+    requests = _requests(trace, memory.block_size)
+    env = simpy.Environment()
+    recorder = Recorder()
+    feed_holder: list[ArrivalFeed] = []
+    replicas = []
+    for index in range(deployment.replicas):
+        scheduler = make_scheduler(engine, memory)
+        scheduler.recorder = recorder
+        replica = Replica(env, index, scheduler, cost_model, recorder, lambda: feed_holder[0].next_arrival(),
+                          horizon, fast_forward)
+        replicas.append(replica)
+    feed = ArrivalFeed(env, requests, replicas, make_router(deployment.router), memory.max_model_len)
+    feed_holder.append(feed)
+    env.process(feed.process())
+    for replica in replicas:
+        env.process(replica.process())
+    env.run()
+    return _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, horizon)
+
+
+def _requests(trace: RequestTrace, block_size: int) -> list[Req]:
+    groups = trace.prefix_group if trace.prefix_group is not None else None
+    prefix = trace.prefix_tokens if trace.prefix_tokens is not None else None
+    arrival = trace.arrival_s.tolist()
+    prompt = trace.input_tokens.tolist()
+    target = trace.output_tokens.tolist()
+    if groups is None:
+        return [Req(i, arrival[i], prompt[i], target[i], block_size=block_size) for i in range(len(arrival))]
+    g, p = groups.tolist(), (prefix.tolist() if prefix is not None else [0] * len(arrival))
+    return [Req(i, arrival[i], prompt[i], target[i], g[i], p[i], block_size) for i in range(len(arrival))]
+
+
+def records_frame(requests: list[Req]) -> pd.DataFrame:
+    """The per-request DataFrame (columns documented in ``latsim.metrics``)."""
+    status = [STATUS.get(r.state, "unfinished") for r in requests]
+    return pd.DataFrame({
+        "request_id": np.arange(len(requests)),
+        "replica": [r.replica for r in requests],
+        "arrival_s": [r.arrival for r in requests],
+        "first_scheduled_s": [r.first_scheduled for r in requests],
+        "first_token_s": [r.first_token for r in requests],
+        "finish_s": [r.finish for r in requests],
+        "input_tokens": [r.prompt for r in requests],
+        "output_tokens": [r.target for r in requests],
+        "cached_tokens": [r.cached_tokens for r in requests],
+        "preemptions": [r.preemptions for r in requests],
+        "status": status,
+    })
+
+
+def _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, horizon) -> SimulationResult:
+    records = records_frame(requests)
+    itl_values, itl_weights = recorder.itl_samples()
+    rng = np.random.default_rng(seed)
+    summary = summarize(records, itl_values, itl_weights, slo=slo, rng=rng)
+    peak = max(r.peak_blocks_used for r in replicas)
+    unfinished = int((records["status"] == "unfinished").sum())
+    summary.update({
+        "kv_capacity_tokens": memory.kv_capacity_tokens,
+        "kv_blocks": memory.num_blocks,
+        "kv_peak_utilization": peak / memory.num_blocks,
+        "max_model_len": memory.max_model_len,
+        "cost_model": cost_model.kind,
+        "engine_steps": recorder.num_steps,
+        "offered_rps": _offered_rate(trace),
+        "stable": unfinished == 0,
+        "horizon_s": horizon if not math.isinf(horizon) else None,
+    })
+    return SimulationResult(records, itl_values, itl_weights, summary, memory,
+                            {"cost_model": cost_model.describe()})
+
+
+def _offered_rate(trace: RequestTrace) -> float | None:
+    span = trace.duration_s
+    return (len(trace) - 1) / span if span > 0 else None

@@ -1,0 +1,55 @@
+"""Drive latsim's scheduler over a step-indexed request stream, recording every decision.
+
+The counterpart of :mod:`latsim.engine.vllm_exact` (vLLM's own scheduler): both take the same
+:class:`StreamRequest` list and return :class:`StepRecord` lists, so differential tests can
+compare them step by step.  No clock and no cost model: steps are counted, not timed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from latsim.engine.request import FINISHED, REJECTED, Req
+from latsim.engine.scheduler import SchedulerLimits, VllmScheduler
+from latsim.engine.steprecord import StepRecord, StreamRequest
+
+
+def run_latsim_scheduler(stream: list[StreamRequest], *, num_gpu_blocks: int, block_size: int = 16,
+                         max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
+                         enable_chunked_prefill: bool = True, enable_prefix_caching: bool = True,
+                         max_steps: int = 100_000) -> list[StepRecord]:
+    """Step latsim's vLLM scheduler over ``stream`` until every request is done or rejected."""
+    limits = SchedulerLimits(max_num_seqs, max_num_batched_tokens, max_model_len, block_size,
+                             enable_chunked_prefill, enable_prefix_caching)
+    sched = VllmScheduler(limits, num_gpu_blocks)
+    arrivals: dict[int, list[tuple[str, Req]]] = defaultdict(list)
+    for i, s in enumerate(stream):
+        req = Req(i, float(s.arrival_step), s.prompt_tokens, s.output_tokens, s.prefix_group,
+                  s.prefix_tokens, block_size)
+        arrivals[s.arrival_step].append((s.request_id, req))
+    names = {id(req): rid for batch in arrivals.values() for rid, req in batch}
+    pending, records, step = len(stream), [], 0
+    while pending and step < max_steps:
+        rejected = []
+        for rid, req in arrivals.pop(step, []):
+            if req.prompt + req.target > max_model_len:
+                req.state = REJECTED
+                rejected.append(rid)
+                pending -= 1
+            else:
+                sched.add_request(req)
+        plan = sched.schedule()
+        cached = {names[id(r)]: r.num_computed for r in plan.new}
+        finished = sched.update(plan, float(step)) if plan.scheduled else []
+        pending -= sum(1 for r in finished if r.state == FINISHED)
+        records.append(StepRecord(
+            step=step,
+            scheduled=tuple((names[id(r)], n) for r, n in plan.scheduled),
+            new=tuple(names[id(r)] for r in plan.new),
+            preempted=tuple(names[id(r)] for r in plan.preempted),
+            finished=tuple(names[id(r)] for r in finished),
+            rejected=tuple(rejected),
+            cached_tokens=cached,
+        ))
+        step += 1
+    return records

@@ -1,0 +1,35 @@
+"""Tables of the model and GPU catalogs."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from latsim.catalog.lookup import list_devices, list_models, load_model
+from latsim.catalog.sizing import kv_bytes_per_token, param_counts
+
+
+def models_table() -> Table:
+    table = Table(title="Built-in models (or pass a path to any HF config.json)", title_justify="left")
+    for col in ("name", "family", "params (B)", "active (B)", "layers", "heads/kv", "KV KiB/token bf16", "context"):
+        table.add_column(col, justify="left" if col in ("name", "family") else "right")
+    for name in list_models():
+        m = load_model(name)
+        total, active = param_counts(m)
+        table.add_row(name, m.family, f"{total / 1e9:.1f}", f"{active / 1e9:.1f}", str(m.num_layers),
+                      f"{m.num_heads}/{m.num_kv_heads}", f"{kv_bytes_per_token(m, 'bf16') / 1024:.0f}",
+                      f"{m.max_position_embeddings:,}")
+    return table
+
+
+def devices_table() -> Table:
+    from latsim.costmodel.factory import calibration_status
+
+    table = Table(title="GPUs", title_justify="left")
+    for col in ("name", "GPU", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s", "$/h", "cost model"):
+        table.add_column(col, justify="left" if col in ("name", "GPU", "cost model") else "right")
+    for d in list_devices():
+        fp8 = d.peak_flops.get("fp8")
+        table.add_row(d.name, d.display_name, f"{d.memory_gib:.1f}", f"{d.hbm_bandwidth / 1e12:.2f}",
+                      f"{d.peak_flops['bf16'] / 1e12:.0f}", f"{fp8 / 1e12:.0f}" if fp8 else "-",
+                      f"{d.interconnect_bw / 1e9:.0f}", f"{d.price_per_hour:.2f}", calibration_status(d.name))
+    return table

@@ -1,0 +1,24 @@
+"""Files of a prediction: ``requests.parquet`` (one row per request) and ``summary.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from latsim.atomic import atomic_write, atomic_write_text
+
+
+def write_outputs(result, out_dir: str | Path) -> None:
+    """Write the per-request records and the summary atomically into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    records = result.records
+    atomic_write(out / "requests.parquet", lambda f: records.to_parquet(f, index=False))
+    body = {"summary": result.summary, "memory": result.memory.as_dict(), **result.extra}
+    atomic_write_text(out / "summary.json", json.dumps(body, indent=2, allow_nan=False, default=_plain) + "\n")
+
+
+def _plain(x: object) -> object:
+    if hasattr(x, "item"):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")

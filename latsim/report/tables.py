@@ -1,0 +1,52 @@
+"""Readable tables of a prediction (rich renderables; the CLI prints them)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+METRICS = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms"), ("queueing", "queue_ms"))
+
+
+def _ms(x: float | None) -> str:
+    if x is None or x != x:
+        return "-"
+    return f"{x:,.1f}" if x < 10_000 else f"{x:,.0f}"
+
+
+def latency_table(summary: dict) -> Table:
+    table = Table(title="Latency (ms)", title_justify="left")
+    for col in ("metric", "mean", "p50", "p90", "p95", "p99", "p99 95% CI"):
+        table.add_column(col, justify="right" if col != "metric" else "left")
+    for label, key in METRICS:
+        d = summary.get(key) or {}
+        ci = d.get("p99_ci95")
+        ci_text = f"{_ms(ci[0])} - {_ms(ci[1])}" if ci else "-"
+        table.add_row(label, *(_ms(d.get(k)) for k in ("mean", "p50", "p90", "p95", "p99")), ci_text)
+    return table
+
+
+def system_table(summary: dict, title: str) -> Table:
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows = [
+        ("requests (completed / rejected / unfinished)",
+         f"{summary['num_completed']} / {summary['num_rejected']} / {summary['num_unfinished']}"),
+        ("offered load (req/s)", _num(summary.get("offered_rps"))),
+        ("throughput (req/s)", _num(summary.get("throughput_rps"))),
+        ("output tokens/s", _num(summary.get("output_tokens_per_s"))),
+        ("KV capacity (tokens)", f"{summary['kv_capacity_tokens']:,}"),
+        ("peak KV utilisation", f"{100 * summary['kv_peak_utilization']:.1f}%"),
+        ("preemptions", f"{summary['preemptions']}"),
+        ("engine steps", f"{summary['engine_steps']:,}"),
+        ("cost model", str(summary["cost_model"])),
+    ]
+    if "goodput_rps" in summary:
+        rows.append(("goodput (req/s meeting the SLO)", _num(summary["goodput_rps"])))
+    for what, value in rows:
+        table.add_row(what, value)
+    return table
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.2f}"

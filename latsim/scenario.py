@@ -1,0 +1,120 @@
+"""From user settings (flags and/or a deployment file) to a Deployment and a RequestTrace.
+
+This is the one place where defaults for an unspecified prediction live, so the CLI, the
+Python API and examples agree on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from latsim.catalog.lookup import load_device, load_model
+from latsim.config import DeploymentFile
+from latsim.deployment import Deployment, EngineConfig
+from latsim.workload.generate import synthesize
+from latsim.workload.io import read_trace
+from latsim.workload.trace import RequestTrace
+
+
+@dataclass
+class Settings:
+    """Every prediction setting; ``None`` means "not given" (a file or the default fills it)."""
+
+    model: str | None = None
+    device: str | None = None
+    tp: int | None = None
+    replicas: int | None = None
+    router: str | None = None
+    weight_dtype: str | None = None
+    kv_dtype: str | None = None
+    engine: str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
+    async_scheduling: bool | None = None
+    num_gpu_blocks: int | None = None
+    qps: float | None = None
+    trace: str | None = None
+    arrival: str | None = None
+    input_len: int | None = None
+    input_dist: str | None = None
+    output_len: int | None = None
+    output_dist: str | None = None
+    num_requests: int | None = None
+    seed: int | None = None
+
+
+DEFAULTS = Settings(
+    model="llama-3.1-8b", device="h100", tp=1, replicas=1, router="round-robin", weight_dtype="bf16",
+    kv_dtype="bf16", engine="vllm", block_size=16, gpu_memory_utilization=0.9, enable_chunked_prefill=True,
+    enable_prefix_caching=True, async_scheduling=True, qps=8.0, arrival="poisson",
+    input_dist="lognormal:median=600,sigma=0.8,min=16,max=4096", output_dist="lognormal:median=150,sigma=0.6,min=8,max=1024",
+    num_requests=None, seed=0,
+)
+DEFAULT_NUM_REQUESTS = 1000
+
+
+def merge(flags: Settings, file: DeploymentFile | None) -> Settings:
+    """Flags win over the file, the file over :data:`DEFAULTS`."""
+    from_file: dict = {}
+    if file is not None:
+        from_file = {**file.model_dump(exclude={"engine", "workload"}), **file.engine.model_dump(),
+                     **file.workload.model_dump()}
+    merged = {}
+    for f in fields(Settings):
+        for source in (getattr(flags, f.name), from_file.get(f.name), getattr(DEFAULTS, f.name)):
+            if source is not None:
+                merged[f.name] = source
+                break
+        else:
+            merged[f.name] = None
+    _lengths_given_together(flags, merged)
+    return Settings(**merged)
+
+
+def _lengths_given_together(flags: Settings, merged: dict) -> None:
+    """A fixed length given by flag replaces the default distribution, and vice versa."""
+    for kind in ("input", "output"):
+        length, dist = f"{kind}_len", f"{kind}_dist"
+        if getattr(flags, length) is not None and getattr(flags, dist) is not None:
+            raise ValueError(f"give --{kind}-len or --{kind}-dist, not both")
+        if merged[length] is not None:
+            merged[dist] = None
+
+
+def build_deployment(s: Settings) -> Deployment:
+    engine = EngineConfig(
+        engine=s.engine or "vllm", max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+        block_size=s.block_size or 16, gpu_memory_utilization=s.gpu_memory_utilization or 0.9,
+        max_model_len=s.max_model_len, enable_chunked_prefill=bool(s.enable_chunked_prefill),
+        enable_prefix_caching=bool(s.enable_prefix_caching), async_scheduling=bool(s.async_scheduling),
+        num_gpu_blocks=s.num_gpu_blocks,
+    )
+    return Deployment(
+        model=load_model(s.model or "llama-3.1-8b"), device=load_device(s.device or "h100"), tp=s.tp or 1,
+        replicas=s.replicas or 1, router=s.router or "round-robin", weight_dtype=s.weight_dtype or "bf16",
+        kv_dtype=s.kv_dtype or "bf16", engine=engine,
+    )
+
+
+def build_trace(s: Settings) -> RequestTrace:
+    if s.trace:
+        if s.num_requests is not None and s.num_requests < 1:
+            raise ValueError(f"--num-requests must be >= 1, got {s.num_requests}")
+        return read_trace(s.trace, max_requests=s.num_requests)
+    num = DEFAULT_NUM_REQUESTS if s.num_requests is None else s.num_requests
+    if num < 1:
+        raise ValueError(f"--num-requests must be >= 1, got {num}")
+    if s.qps is None:
+        raise ValueError("give --qps or --trace")
+    rng = np.random.default_rng(s.seed or 0)
+    inputs = s.input_len if s.input_len is not None else s.input_dist
+    outputs = s.output_len if s.output_len is not None else s.output_dist
+    assert inputs is not None and outputs is not None
+    return synthesize(s.qps, num, s.arrival or "poisson", inputs, outputs, rng)
