@@ -1,0 +1,102 @@
+"""A model split over a tensor-parallel group, as one GPU of the group sees it.
+
+Sharding follows vLLM's default tensor parallelism: query heads, the dense MLP width and each
+expert's width are split by ``tp`` (experts are sharded, not placed: no expert parallelism);
+KV heads are split while ``tp <= kv_heads`` and replicated, one per GPU, beyond; the
+vocabulary of ``lm_head`` is split as ``ceil(vocab / tp)`` (padding ignored).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from latsim.catalog.models import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, ModelSpec
+
+ACT_DTYPE = "bf16"
+GEMM_COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "int4": "bf16"}
+"""Tensor-core dtype of a GEMM per weight dtype: W8A8 for fp8/int8, int4 is weight-only."""
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """Per-GPU dimensions of a model under tensor parallelism (built by :func:`shard_model`).
+
+    Widths are per GPU: ``q_width`` = query heads x head_dim, ``kv_width`` = KV heads x
+    head_dim (of K or of V), ``mlp_width`` / ``expert_width`` / ``shared_width`` the dense,
+    routed-expert and shared-expert intermediate sizes.  ``window_layers`` of the ``layers``
+    attend to the last ``window`` tokens (0: none).  ``norms`` counts hidden-size RMSNorms
+    per step.  Byte sizes are per element of weights, KV cache and activations.
+    """
+
+    tp: int
+    layers: int
+    window_layers: int
+    window: int
+    dense_layers: int
+    moe_layers: int
+    hidden: int
+    q_width: int
+    kv_width: int
+    mlp_width: int
+    gated: bool
+    experts: int
+    top_k: int
+    expert_width: int
+    shared_width: int
+    vocab: int
+    vocab_shard: int
+    norms: int
+    qk_norm: bool
+    weight_bytes: float
+    kv_bytes: float
+    act_bytes: float
+    gemm_dtype: str
+
+
+def shard_model(model: ModelSpec, tp: int = 1, weight_dtype: str = "bf16",
+                kv_dtype: str = "bf16") -> ShardSpec:
+    """Split ``model`` over ``tp`` GPUs the way vLLM does; ValueError if vLLM would refuse."""
+    _check_choice("weight_dtype", weight_dtype, WEIGHT_DTYPES)
+    _check_choice("kv_dtype", kv_dtype, KV_DTYPES)
+    tp = _checked_tp(model, tp)
+    return ShardSpec(
+        tp=tp, layers=model.num_layers, window_layers=model.num_sliding_window_layers,
+        window=model.sliding_window or 0, dense_layers=model.num_dense_layers,
+        moe_layers=model.num_moe_layers, hidden=model.hidden_size,
+        q_width=model.q_size // tp, kv_width=max(1, model.num_kv_heads // tp) * model.head_dim,
+        mlp_width=model.intermediate_size // tp if model.num_dense_layers else 0,
+        gated=model.gated_mlp, experts=model.num_experts, top_k=model.experts_per_token,
+        expert_width=model.moe_intermediate_size // tp if model.is_moe else 0,
+        shared_width=model.shared_expert_intermediate_size // tp if model.is_moe else 0,
+        vocab=model.vocab_size, vocab_shard=-(-model.vocab_size // tp),
+        norms=model.norms_per_layer * model.num_layers + 1, qk_norm=model.qk_norm,
+        weight_bytes=DTYPE_BYTES[weight_dtype], kv_bytes=DTYPE_BYTES[kv_dtype],
+        act_bytes=DTYPE_BYTES[ACT_DTYPE], gemm_dtype=GEMM_COMPUTE_DTYPE[weight_dtype],
+    )
+
+
+def _check_choice(field: str, value: str, accepted: Sequence[str]) -> None:
+    if value not in accepted:
+        raise ValueError(f"{field}={value!r} is not supported; accepted: {', '.join(accepted)}")
+
+
+def _checked_tp(model: ModelSpec, tp: int) -> int:
+    if isinstance(tp, bool) or not isinstance(tp, numbers.Integral) or tp < 1:
+        raise ValueError(f"tp={tp!r} must be an integer >= 1")
+    tp = int(tp)
+    kv = model.num_kv_heads
+    kv_ok = kv % tp == 0 if tp <= kv else tp % kv == 0
+    if model.num_heads % tp or not kv_ok:
+        raise ValueError(
+            f"tp={tp} must divide num_heads={model.num_heads} and either divide "
+            f"num_kv_heads={kv} or be a multiple of it (model {model.name!r})"
+        )
+    widths = {"intermediate_size": model.intermediate_size if model.num_dense_layers else 0,
+              "moe_intermediate_size": model.moe_intermediate_size if model.is_moe else 0,
+              "shared_expert_intermediate_size": model.shared_expert_intermediate_size if model.is_moe else 0}
+    for field, width in widths.items():
+        if width % tp:
+            raise ValueError(f"tp={tp} must divide {field}={width} (model {model.name!r})")
+    return tp
