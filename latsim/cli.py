@@ -18,7 +18,7 @@ from latsim.scenario import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict LLM serving latency (TTFT, TPOT, ITL, E2E) before deploying.")
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 160)  # pipes and files get full tables
 err = Console(stderr=True)
 
 
@@ -65,7 +65,7 @@ def predict(
     """Simulate a deployment under a workload and report latency percentiles."""
     from latsim.engine.simulate import simulate
     from latsim.metrics.summary import SLO
-    from latsim.report.output import write_outputs
+    from latsim.report.output import json_safe, write_outputs
     from latsim.report.tables import latency_table, system_table
     from latsim.scenario import build_deployment, build_trace, merge
 
@@ -89,10 +89,10 @@ def predict(
     if out_dir:
         write_outputs(result, out_dir)
     if as_json:
-        print(json.dumps(result.summary, allow_nan=False, default=_json_default))
+        print(json.dumps(json_safe(result.summary), allow_nan=False, default=_json_default))
         return
-    title = (f"{deployment.model.name} on {deployment.replicas}x{deployment.tp}x {deployment.device.name} "
-             f"({deployment.engine.engine})")
+    title = (f"{deployment.model.name} on {deployment.replicas} replica(s) x TP{deployment.tp} "
+             f"{deployment.device.name} ({deployment.engine.engine})")
     out.print(latency_table(result.summary))
     out.print(system_table(result.summary, title))
 

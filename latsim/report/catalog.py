@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import resources
+
 from rich.table import Table
 
 from latsim.catalog.lookup import list_devices, list_models, load_model
@@ -21,9 +23,13 @@ def models_table() -> Table:
     return table
 
 
-def devices_table() -> Table:
-    from latsim.costmodel.factory import calibration_status
+def calibration_status(device: str) -> str:
+    """``calibrated`` when a measured profile ships for ``device``, else ``roofline``."""
+    profile = resources.files("latsim").joinpath(f"data/calibration/{device}/profile.json")
+    return "calibrated" if profile.is_file() else "roofline"
 
+
+def devices_table() -> Table:
     table = Table(title="GPUs", title_justify="left")
     for col in ("name", "GPU", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s", "$/h", "cost model"):
         table.add_column(col, justify="left" if col in ("name", "GPU", "cost model") else "right")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from latsim.atomic import atomic_write, atomic_write_text
@@ -15,7 +16,19 @@ def write_outputs(result, out_dir: str | Path) -> None:
     records = result.records
     atomic_write(out / "requests.parquet", lambda f: records.to_parquet(f, index=False))
     body = {"summary": result.summary, "memory": result.memory.as_dict(), **result.extra}
-    atomic_write_text(out / "summary.json", json.dumps(body, indent=2, allow_nan=False, default=_plain) + "\n")
+    text = json.dumps(json_safe(body), indent=2, allow_nan=False, default=_plain)
+    atomic_write_text(out / "summary.json", text + "\n")
+
+
+def json_safe(obj: object) -> object:
+    """Replace non-finite floats (unbounded size classes, undefined percentiles) with None."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 def _plain(x: object) -> object:

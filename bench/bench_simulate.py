@@ -1,0 +1,58 @@
+"""Simulated requests per wall second on the reference run.
+
+Reference: llama-3.1-8b on h100, Poisson 20 req/s, lognormal lengths (input median 600,
+output median 150), 20,000 requests, vLLM server defaults.  Prints one figure per mode:
+
+    python bench/bench_simulate.py [--requests 20000] [--no-fast-forward] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import resource
+import time
+
+import numpy as np
+
+from latsim.catalog.lookup import load_device, load_model
+from latsim.deployment import Deployment
+from latsim.engine.simulate import simulate
+from latsim.workload.generate import synthesize
+
+
+def reference_trace(n: int):
+    return synthesize(20.0, n, "poisson", "lognormal:median=600,sigma=0.8,min=16,max=8192",
+                      "lognormal:median=150,sigma=0.6,min=4,max=2048", np.random.default_rng(0))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--no-fast-forward", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    deployment = Deployment(model=load_model("llama-3.1-8b"), device=load_device("h100"))
+    trace = reference_trace(args.requests)
+    simulate(deployment, reference_trace(200))  # warm imports and caches
+    profiler = cProfile.Profile() if args.profile else None
+    start = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    result = simulate(deployment, trace, fast_forward=not args.no_fast_forward)
+    if profiler:
+        profiler.disable()
+    wall = time.perf_counter() - start
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    s = result.summary
+    print(f"requests={args.requests} steps={s['engine_steps']} wall_s={wall:.2f} "
+          f"simulated_requests_per_s={args.requests / wall:,.0f} peak_rss_mb={rss_mb:.0f} "
+          f"p99_ttft_ms={s['ttft_ms']['p99']:.1f} p99_tpot_ms={s['tpot_ms']['p99']:.2f} "
+          f"cost_model={s['cost_model']}")
+    if profiler:
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The command line: JSON contract, files written, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+
+from latsim.cli import main
+
+SMALL = ["--num-requests", "60", "--qps", "4"]
+
+
+def run(argv, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["latsim", *argv])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code or 0
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_json_output_is_exactly_one_object_with_the_contract_keys(monkeypatch, capsys):
+    code, out, _ = run(["predict", *SMALL, "--json"], monkeypatch, capsys)
+    assert code == 0
+    summary = json.loads(out)
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert set(summary[key]) >= {"mean", "p50", "p90", "p95", "p99"}
+    for key in ("throughput_rps", "output_tokens_per_s", "num_requests", "preemptions", "kv_capacity_tokens",
+                "kv_peak_utilization", "cost_model"):
+        assert key in summary
+    assert summary["num_requests"] == 60
+
+
+def test_table_output_and_out_dir(tmp_path, monkeypatch, capsys):
+    code, out, _ = run(["predict", *SMALL, "--out", str(tmp_path)], monkeypatch, capsys)
+    assert code == 0 and "TTFT" in out
+    records = pd.read_parquet(tmp_path / "requests.parquet")
+    assert len(records) == 60
+    assert json.loads((tmp_path / "summary.json").read_text())["summary"]["num_requests"] == 60
+
+
+def test_config_file_is_used_and_flags_win(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text("model: qwen2.5-7b\ndevice: h200\nworkload: {qps: 3, num_requests: 40, output_len: 20}\n")
+    code, out, _ = run(["predict", "--config", str(cfg), "--num-requests", "30", "--json"], monkeypatch, capsys)
+    assert code == 0 and json.loads(out)["num_requests"] == 30
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--qps", "0"], "qps"),
+        (["--model", "llama-3.1-8"], "llama-3.1-8b"),
+        (["--device", "h1000"], "h100"),
+        (["--model", "llama-3.1-70b", "--device", "h100"], "--tp"),
+        (["--tp", "3"], "tp=3"),
+        (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
+        (["--input-len", "9000", "--output-len", "10", "--max-model-len", "8192"], "max_model_len"),
+        (["--input-dist", "lognormal:median=-3"], "median"),
+        (["--arrival", "weibull"], "weibull"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, needle, monkeypatch, capsys):
+    code, out, err = run(["predict", "--num-requests", "20", *argv], monkeypatch, capsys)
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_malformed_trace_names_the_line(tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5}\n{"arrival_s": 1, "input_tokens": "x"}\n')
+    code, _, err = run(["predict", "--trace", str(trace)], monkeypatch, capsys)
+    assert code == 2 and "2" in err and "t.jsonl" in err
+
+
+def test_empty_trace_is_refused(tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("")
+    code, _, err = run(["predict", "--trace", str(trace)], monkeypatch, capsys)
+    assert code == 2 and "t.csv" in err
+
+
+def test_overload_is_reported_unstable_not_hung(monkeypatch, capsys):
+    argv = ["predict", "--qps", "500", "--num-requests", "400", "--input-len", "2000", "--output-len", "400",
+            "--device", "l4", "--model", "llama-3.2-1b", "--max-model-len", "4096"]
+    monkeypatch.setattr("latsim.engine.simulate.default_horizon", lambda trace: 30.0)
+    code, _, err = run(argv, monkeypatch, capsys)
+    assert code == 2 and "unstable" in err
+
+
+def test_models_and_devices_list(monkeypatch, capsys):
+    code, out, _ = run(["models"], monkeypatch, capsys)
+    assert code == 0 and "llama-3.1-70b" in out and "mixtral-8x7b" in out
+    code, out, _ = run(["devices"], monkeypatch, capsys)
+    assert code == 0 and "h200" in out and "mi300x" in out
