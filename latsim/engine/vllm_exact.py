@@ -1,0 +1,390 @@
+"""Drive vLLM's own v1 scheduler on the CPU and record what it decides, step by step.
+
+This is the oracle for latsim's scheduler: the same step-indexed request stream goes through
+vLLM's ``Scheduler`` (or ``AsyncScheduler``) with a fake model runner, and every ``schedule()``
+becomes a :class:`StepRecord`. vLLM is an optional dependency imported only when
+:func:`run_vllm_scheduler` is called; the semantics it exhibits are written up in
+``docs/vllm-v1-scheduling.md``.
+
+Design note on the loop (:meth:`_Driver.engine_step`): it mirrors the engine core's
+``EngineCore.step`` (synchronous) and ``EngineCore.step_with_batch_queue`` (asynchronous, two
+batches in flight) in ``vllm/v1/engine/core.py``: a step is scheduled only when the scheduler
+``has_requests()``; with async scheduling the output of step N is applied right *after* step
+N+1 has been scheduled. Arrivals of step N are added just before step N is scheduled.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import tempfile
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from latsim.engine.steprecord import StepRecord, StreamRequest
+
+VOCAB_SIZE = 32000
+"""Token ids of prompts and sampled tokens are drawn from ``[1, VOCAB_SIZE)``."""
+
+_STUB_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 2,
+    "vocab_size": VOCAB_SIZE,
+    # Large, so that any max_model_len the caller asks for is accepted by ModelConfig.
+    "max_position_embeddings": 1 << 22,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "bfloat16",
+}
+
+
+def rejected_by_front_end(prompt_tokens: int, output_tokens: int, max_model_len: int) -> bool:
+    """Whether vLLM 0.25.1 refuses the request before it reaches the scheduler.
+
+    The engine's ``InputProcessor._validate_prompt_len`` (``vllm/v1/engine/input_processor.py``)
+    rejects an empty prompt and any prompt of ``max_model_len`` tokens or more; the OpenAI
+    server's ``TokenizeParams._token_len_check`` (``vllm/renderers/params.py``, built with
+    ``max_output_tokens=max_tokens`` by ``CompletionRequest.build_tok_params``) rejects
+    ``prompt + max_tokens > max_model_len``.
+    """
+    return (
+        prompt_tokens <= 0 or prompt_tokens >= max_model_len or prompt_tokens + output_tokens > max_model_len
+    )
+
+
+def run_vllm_scheduler(
+    stream: Sequence[StreamRequest],
+    *,
+    num_gpu_blocks: int,
+    block_size: int = 16,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    max_model_len: int,
+    enable_chunked_prefill: bool = True,
+    enable_prefix_caching: bool = True,
+    async_scheduling: bool = False,
+    num_kv_heads: int = 8,
+    head_dim: int = 128,
+    long_prefill_token_threshold: int = 0,
+    scheduler_reserve_full_isl: bool = True,
+    watermark: float = 0.0,
+    seed: int = 0,
+    max_steps: int = 100_000,
+) -> list[StepRecord]:
+    """Run ``stream`` through vLLM's scheduler and return one record per step.
+
+    Records are contiguous: ``records[i].step == i``; a step in which the engine had nothing
+    to schedule has ``scheduled == ()``. The run stops once every request has finished or
+    been rejected (in-flight async outputs are applied first), or after ``max_steps`` steps.
+    ``num_gpu_blocks`` counts the pool as vLLM does, including its reserved null block, so
+    ``num_gpu_blocks - 1`` blocks are usable. Each request asks for exactly
+    ``output_tokens`` tokens (``max_tokens = min_tokens``, EOS ignored). Requests the front
+    end refuses (:func:`rejected_by_front_end`) appear in ``rejected`` of their arrival step.
+    In ``finished`` a request is listed on the step whose output completed it (with async
+    scheduling that output is applied one step later). ``cached_tokens`` holds the
+    prefix-cache hits (> 0 only) of the requests admitted in that step.
+
+    Raises ``ValueError`` for an invalid stream or a KV pool vLLM would refuse to start with
+    (fewer than ``ceil(max_model_len / block_size)`` blocks), and ``ImportError`` when vLLM
+    is not installed.
+    """
+    _check_stream(stream)
+    _check_pool(num_gpu_blocks, block_size, max_model_len)
+    scheduler = _build_scheduler(
+        num_gpu_blocks=num_gpu_blocks,
+        block_size=block_size,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=enable_chunked_prefill,
+        enable_prefix_caching=enable_prefix_caching,
+        async_scheduling=async_scheduling,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
+        watermark=watermark,
+    )
+    driver = _Driver(scheduler, stream, max_model_len, seed, in_flight=2 if async_scheduling else 1)
+    return driver.run(max_steps)
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "run_vllm_scheduler needs vLLM 0.25.1 (CPU is enough); build the reference "
+            "environment with .ci/vllm-ref.sh and run under its python"
+        ) from exc
+    return vllm
+
+
+def _check_stream(stream: Sequence[StreamRequest]) -> None:
+    ids = [r.request_id for r in stream]
+    if len(set(ids)) != len(ids):
+        raise ValueError("request_id values in the stream must be unique")
+    for r in stream:
+        if r.arrival_step < 0:
+            raise ValueError(f"{r.request_id}: arrival_step {r.arrival_step} must be >= 0")
+        if r.output_tokens < 1:
+            raise ValueError(f"{r.request_id}: output_tokens {r.output_tokens} must be >= 1")
+        if not 0 <= r.prefix_tokens <= max(r.prompt_tokens, 0):
+            raise ValueError(f"{r.request_id}: prefix_tokens {r.prefix_tokens} must be in [0, prompt_tokens]")
+
+
+def _check_pool(num_gpu_blocks: int, block_size: int, max_model_len: int) -> None:
+    # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory: the engine refuses to start
+    # unless one max_model_len sequence fits, i.e. num_blocks >= ceil(max_model_len / block).
+    needed = -(-max_model_len // block_size)
+    if num_gpu_blocks < needed:
+        raise ValueError(
+            f"num_gpu_blocks {num_gpu_blocks} cannot hold one max_model_len={max_model_len} "
+            f"sequence; vLLM refuses to start below {needed} blocks of {block_size} tokens"
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _stub_model_dir() -> str:
+    """A directory with a minimal llama ``config.json``: all ``ModelConfig`` needs."""
+    path = Path(tempfile.mkdtemp(prefix="latsim-vllm-stub-"))
+    (path / "config.json").write_text(json.dumps(_STUB_CONFIG))
+    return str(path)
+
+
+def _build_scheduler(**kw: Any) -> Any:
+    """vLLM's scheduler for one full-attention KV group of ``num_gpu_blocks`` blocks."""
+    _import_vllm()
+    import torch
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    scheduler_config = SchedulerConfig.default_factory(
+        max_num_seqs=kw["max_num_seqs"],
+        max_num_batched_tokens=kw["max_num_batched_tokens"],
+        max_model_len=kw["max_model_len"],
+        enable_chunked_prefill=kw["enable_chunked_prefill"],
+        long_prefill_token_threshold=kw["long_prefill_token_threshold"],
+        scheduler_reserve_full_isl=kw["scheduler_reserve_full_isl"],
+        watermark=kw["watermark"],
+        async_scheduling=kw["async_scheduling"],
+    )
+    model_config = ModelConfig(
+        model=_stub_model_dir(),
+        dtype="bfloat16",
+        skip_tokenizer_init=True,
+        max_model_len=kw["max_model_len"],
+    )
+    cache_config = CacheConfig(
+        block_size=kw["block_size"],
+        gpu_memory_utilization=0.9,
+        cache_dtype="auto",
+        enable_prefix_caching=kw["enable_prefix_caching"],
+    )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+        device_config=DeviceConfig(device="cpu"),
+    )
+    vllm_config.cache_config.num_gpu_blocks = kw["num_gpu_blocks"]
+    spec = FullAttentionSpec(
+        block_size=kw["block_size"],
+        num_kv_heads=kw["num_kv_heads"],
+        head_size=kw["head_dim"],
+        dtype=torch.bfloat16,
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=kw["num_gpu_blocks"],
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    cls = AsyncScheduler if kw["async_scheduling"] else Scheduler
+    return cls(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=kw["block_size"],
+        log_stats=True,
+    )
+
+
+def prompt_token_ids(req: StreamRequest, seed: int) -> list[int]:
+    """Deterministic prompt ids: a group-wide prefix, then ids private to the request."""
+    prefix_rng = random.Random(f"{seed}:group:{req.prefix_group}")
+    own_rng = random.Random(f"{seed}:request:{req.request_id}")
+    shared = req.prefix_tokens if req.prefix_group >= 0 else 0
+    ids = [prefix_rng.randrange(1, VOCAB_SIZE) for _ in range(shared)]
+    ids += [own_rng.randrange(1, VOCAB_SIZE) for _ in range(req.prompt_tokens - shared)]
+    return ids
+
+
+@dataclass
+class _Draft:
+    """A step's record while it is being filled in (``finished`` may arrive a step later)."""
+
+    step: int
+    scheduled: tuple[tuple[str, int], ...] = ()
+    new: tuple[str, ...] = ()
+    preempted: tuple[str, ...] = ()
+    finished: tuple[str, ...] = ()
+    rejected: tuple[str, ...] = ()
+    cached_tokens: dict[str, int] = field(default_factory=dict)
+
+    def freeze(self) -> StepRecord:
+        return StepRecord(
+            step=self.step,
+            scheduled=self.scheduled,
+            new=self.new,
+            preempted=self.preempted,
+            finished=self.finished,
+            rejected=self.rejected,
+            cached_tokens=self.cached_tokens,
+        )
+
+
+@dataclass
+class _InFlight:
+    """A scheduled step whose model output has not been applied yet."""
+
+    draft: _Draft
+    output: Any
+    sampling: frozenset[str]
+
+
+class _Driver:
+    """Feeds arrivals, calls ``schedule``/``update_from_output`` and fills the drafts."""
+
+    def __init__(
+        self, scheduler: Any, stream: Sequence[StreamRequest], max_model_len: int, seed: int, in_flight: int
+    ) -> None:
+        self.scheduler = scheduler
+        self.max_model_len = max_model_len
+        self.seed = seed
+        self.in_flight = in_flight
+        self.token_rng = random.Random(f"{seed}:sampled")
+        self.arrivals: dict[int, list[StreamRequest]] = {}
+        for req in stream:
+            self.arrivals.setdefault(req.arrival_step, []).append(req)
+        self.outstanding = {r.request_id for r in stream}
+        self.queue: deque[_InFlight] = deque()
+        self.drafts: list[_Draft] = []
+        self._hasher = _block_hasher(scheduler)
+
+    def run(self, max_steps: int) -> list[StepRecord]:
+        for step in range(max_steps):
+            if not self.outstanding:
+                break
+            draft = _Draft(step)
+            self.drafts.append(draft)
+            draft.rejected = self.add_arrivals(step)
+            self.engine_step(draft)
+        while self.queue:
+            self.apply(self.queue.pop())
+        return [d.freeze() for d in self.drafts]
+
+    def add_arrivals(self, step: int) -> tuple[str, ...]:
+        rejected = []
+        for req in self.arrivals.get(step, ()):
+            if rejected_by_front_end(req.prompt_tokens, req.output_tokens, self.max_model_len):
+                rejected.append(req.request_id)
+                self.outstanding.discard(req.request_id)
+            else:
+                self.scheduler.add_request(self.make_request(req))
+        return tuple(rejected)
+
+    def make_request(self, req: StreamRequest) -> Any:
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        params = SamplingParams(max_tokens=req.output_tokens, min_tokens=req.output_tokens, ignore_eos=True)
+        return Request(
+            request_id=req.request_id,
+            prompt_token_ids=prompt_token_ids(req, self.seed),
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=float(req.arrival_step),
+            block_hasher=self._hasher,
+        )
+
+    def engine_step(self, draft: _Draft) -> None:
+        """One engine-core iteration (``EngineCore.step`` / ``step_with_batch_queue``)."""
+        if self.scheduler.has_requests():
+            item = self.schedule(draft)
+            self.queue.appendleft(item)
+            executed = item.output.total_num_scheduled_tokens > 0
+            if len(self.queue) < self.in_flight and (executed or self.scheduler.has_requests()):
+                return
+        elif not self.queue:
+            return
+        self.apply(self.queue.pop())
+
+    def schedule(self, draft: _Draft) -> _InFlight:
+        running_before = [r.request_id for r in self.scheduler.running]
+        out = self.scheduler.schedule()
+        requests = self.scheduler.requests
+        draft.scheduled = tuple(out.num_scheduled_tokens.items())
+        admitted = {d.req_id for d in out.scheduled_new_reqs}
+        admitted |= set(out.scheduled_cached_reqs.resumed_req_ids)
+        draft.new = tuple(rid for rid, _ in draft.scheduled if rid in admitted)
+        for rid, n in draft.scheduled:
+            hits = requests[rid].num_computed_tokens - n
+            if rid in admitted and hits > 0:
+                draft.cached_tokens[rid] = hits
+        draft.preempted = _preemption_order(running_before, out.preempted_req_ids)
+        # The model runner samples for a request whose scheduled tokens reach the end of its
+        # known tokens (prefill done, or decoding); a partial prefill chunk samples nothing.
+        sampling = frozenset(rid for rid, _ in draft.scheduled if not requests[rid].is_prefill_chunk)
+        return _InFlight(draft, out, sampling)
+
+    def apply(self, item: _InFlight) -> None:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        ids = list(item.output.num_scheduled_tokens)
+        tokens = [[self.token_rng.randrange(1, VOCAB_SIZE)] if r in item.sampling else [] for r in ids]
+        runner_output = ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=tokens
+        )
+        engine_outputs = self.scheduler.update_from_output(item.output, runner_output)
+        finished = tuple(
+            o.request_id
+            for outs in engine_outputs.values()
+            for o in outs.outputs
+            if o.finish_reason is not None
+        )
+        item.draft.finished = finished
+        self.outstanding.difference_update(finished)
+
+
+def _preemption_order(running_before: list[str], preempted_ids: set[str]) -> tuple[str, ...]:
+    """Victims in the order chosen: FCFS pops them one by one off the tail of ``running``."""
+    order = tuple(rid for rid in reversed(running_before) if rid in preempted_ids)
+    if len(order) != len(preempted_ids) or set(running_before[len(running_before) - len(order) :]) != set(
+        order
+    ):
+        raise RuntimeError(f"unexpected preemption set {sorted(preempted_ids)} for FCFS")
+    return order
+
+
+def _block_hasher(scheduler: Any) -> Any:
+    """The engine core's block hasher (``EngineCore.__init__``): prefix-cache keys, or None."""
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    if not scheduler.cache_config.enable_prefix_caching:
+        return None
+    hash_fn = get_hash_fn_by_name(scheduler.cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    return get_request_block_hasher(scheduler.block_size, hash_fn)
