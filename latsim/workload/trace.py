@@ -52,11 +52,13 @@ class RequestTrace:
         """Build from any array-likes, sorting by arrival (stable) and fixing dtypes."""
         arrival = np.asarray(arrival_s, dtype=np.float64)
         order = np.argsort(arrival, kind="stable")
-        pick = lambda a, dt: None if a is None else np.asarray(a, dtype=dt)[order]  # noqa: E731
+        def pick(a) -> np.ndarray | None:
+            return None if a is None else np.asarray(a, dtype=np.int64)[order]
+
         return RequestTrace(
             arrival_s=arrival[order],
-            input_tokens=pick(input_tokens, np.int64),
-            output_tokens=pick(output_tokens, np.int64),
-            prefix_group=pick(prefix_group, np.int64),
-            prefix_tokens=pick(prefix_tokens, np.int64),
+            input_tokens=np.asarray(input_tokens, dtype=np.int64)[order],
+            output_tokens=np.asarray(output_tokens, dtype=np.int64)[order],
+            prefix_group=pick(prefix_group),
+            prefix_tokens=pick(prefix_tokens),
         )
