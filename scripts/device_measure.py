@@ -1,0 +1,277 @@
+"""Measure one vLLM engine at several loads on a GPU machine; plain python3, no simpy needed.
+
+Run from the repository root, e.g. on the H200 machine with the vLLM bundle unpacked:
+
+    PYTHONPATH=/tmp/site:. VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 \\
+        python3 scripts/device_measure.py --model qwen2.5-7b --shape mix --tar
+
+It starts ONE AsyncLLM (dummy weights from the model's config.json), then
+1. a saturation burst (``--burst`` requests at t=0) whose completion rate estimates capacity;
+2. Poisson levels at ``--fractions`` of that capacity, each ``--level-seconds`` long;
+and writes each level's run directory to ``OUT/<model>-<shape>/<level>/`` (OUT = ``--out``,
+default ``$OUT``), plus ``summary.json``; with ``--tar`` each level folder becomes
+``OUT/<model>-<shape>/<level>.tar.gz`` (the device brings back at most 8 files, 16 MiB
+each; unpack them all in one place to rebuild the tree).  The table printed
+last has, per level: offered qps, completed requests, mean/p50/p99 TTFT and mean/p99 TPOT (ms).
+``--max-seconds`` bounds the whole run, engine start included: levels are shortened or
+skipped to fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from latsim.validate.loadgen import LoadSpec
+from latsim.validate.measurement import Measurement
+from latsim.validate.vllm_driver import EngineSession, EngineSettings, Level, RunOptions, build_engine
+from latsim.workload.trace import RequestTrace
+
+CATALOG = Path(__file__).resolve().parent.parent / "latsim" / "catalog" / "data" / "models"
+MIX = {"in": (600.0, 0.8, 32, 4096), "out": (150.0, 0.6, 8, 1024)}  # median, sigma, lo, hi
+SHUTDOWN_MARGIN_S = 20.0
+
+
+# ------------------------------------------------------------------------------- workload
+
+
+def parse_shape(text: str) -> dict[str, Any]:
+    """``fixed:in=512,out=128`` or ``mix`` -> a shape description (ValueError otherwise)."""
+    if text == "mix":
+        return {"kind": "mix", **{k: list(v) for k, v in MIX.items()}}
+    m = re.fullmatch(r"fixed:in=(\d+),out=(\d+)", text)
+    if not m:
+        raise ValueError(f"--shape {text!r}: expected 'mix' or 'fixed:in=N,out=M'")
+    return {"kind": "fixed", "in": int(m.group(1)), "out": int(m.group(2))}
+
+
+def sample_lengths(shape: dict[str, Any], n: int, rng: np.random.Generator,
+                   max_model_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Input and output lengths for ``n`` requests, clipped so that each fits ``max_model_len``."""
+    if shape["kind"] == "fixed":
+        inp, out = np.full(n, shape["in"]), np.full(n, shape["out"])
+    else:
+        inp, out = (_lognormal(rng, n, *shape[k]) for k in ("in", "out"))
+    out = np.minimum(out, max_model_len // 2)
+    return np.maximum(1, np.minimum(inp, max_model_len - out)), out
+
+
+def _lognormal(rng: np.random.Generator, n: int, median: float, sigma: float, lo: int, hi: int) -> np.ndarray:
+    return np.clip(np.round(rng.lognormal(np.log(median), sigma, n)), lo, hi).astype(np.int64)
+
+
+def poisson_trace(qps: float, seconds: float, shape: dict[str, Any], rng: np.random.Generator,
+                  max_model_len: int) -> RequestTrace:
+    """Poisson arrivals at ``qps`` over ``[0, seconds)`` (at least one request)."""
+    gaps = rng.exponential(1.0 / qps, int(qps * seconds * 1.5) + 20)
+    arrivals = np.cumsum(gaps) - gaps[0]  # starts at 0, so never empty
+    arrivals = arrivals[arrivals < seconds]
+    inp, out = sample_lengths(shape, len(arrivals), rng, max_model_len)
+    return RequestTrace.from_arrays(arrivals, inp, out)
+
+
+# ---------------------------------------------------------------------------------- model
+
+
+def model_dir(args: argparse.Namespace, tmp: Path) -> tuple[str, str]:
+    """(directory holding config.json, model name) from ``--model`` or ``--config-dir``."""
+    if args.config_dir:
+        path = Path(args.config_dir)
+        if not (path / "config.json").is_file():
+            raise SystemExit(f"--config-dir {path}: no config.json there")
+        return str(path), args.model or path.name
+    src = CATALOG / f"{args.model}.json"
+    if not src.is_file():
+        names = sorted(p.stem for p in CATALOG.glob("*.json"))
+        raise SystemExit(f"--model {args.model!r} is not in the catalog ({CATALOG}); known: {names}")
+    (tmp / "config.json").write_text(src.read_text())
+    return str(tmp), args.model
+
+
+def settings_from(args: argparse.Namespace, path: str) -> EngineSettings:
+    extra = {}
+    for item in args.engine_arg:
+        key, _, value = item.partition("=")
+        try:
+            extra[key] = json.loads(value)
+        except json.JSONDecodeError:
+            extra[key] = value
+    return EngineSettings(
+        model_dir=path, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+        gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
+        enable_prefix_caching=args.prefix_caching, dtype=args.dtype, seed=args.seed, extra=extra)
+
+
+# -------------------------------------------------------------------------------- summary
+
+
+def summarize(name: str, qps: float | None, m: Measurement) -> dict[str, Any]:
+    """Client-side TTFT (first token - sent) and TPOT ((finish - first) / (tokens - 1)), ms."""
+    f = m.records_frame()
+    ok = f[f["status"] == "ok"]
+    ttft = (ok["first_token_s"] - ok["arrival_s"]).to_numpy() * 1e3
+    multi = ok[ok["output_tokens"] > 1]
+    tpot = ((multi["finish_s"] - multi["first_token_s"]) / (multi["output_tokens"] - 1)).to_numpy() * 1e3
+    q = lambda a, p: float(np.percentile(a, p)) if len(a) else float("nan")  # noqa: E731
+    return {"level": name, "qps": qps, "sent": len(f), "completed": len(ok),
+            "ttft_mean": float(ttft.mean()) if len(ttft) else float("nan"),
+            "ttft_p50": q(ttft, 50), "ttft_p99": q(ttft, 99),
+            "tpot_mean": float(tpot.mean()) if len(tpot) else float("nan"), "tpot_p99": q(tpot, 99)}
+
+
+def capacity_rps(m: Measurement) -> float:
+    """Completed requests per second of a burst: ok count / last ok finish."""
+    ok = m.requests[m.requests["status"] == "ok"]
+    return len(ok) / float(ok["finish_s"].max()) if len(ok) else 0.0
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(f"{'level':>8} {'qps':>8} {'done':>6} {'TTFT mean':>10} {'p50':>8} {'p99':>9} "
+          f"{'TPOT mean':>10} {'p99':>8}")
+    for r in rows:
+        qps = f"{r['qps']:.2f}" if r["qps"] is not None else "burst"
+        print(f"{r['level']:>8} {qps:>8} {r['completed']:>6} {r['ttft_mean']:>10.1f} {r['ttft_p50']:>8.1f} "
+              f"{r['ttft_p99']:>9.1f} {r['tpot_mean']:>10.2f} {r['tpot_p99']:>8.2f}")
+
+
+# ---------------------------------------------------------------------------------- levels
+
+
+async def measure(args: argparse.Namespace, settings: EngineSettings, root: Path,
+                  meta: dict[str, Any], t_start: float) -> list[dict[str, Any]]:
+    engine = build_engine(settings)
+    try:
+        print(f"engine ready after {time.monotonic() - t_start:.0f} s", flush=True)
+        session = await EngineSession(engine, RunOptions(seed=args.seed), meta).start()
+        return await run_all(args, session, root, t_start)
+    finally:
+        engine.shutdown()
+
+
+def left(args: argparse.Namespace, t_start: float) -> float:
+    return args.max_seconds - (time.monotonic() - t_start) - SHUTDOWN_MARGIN_S
+
+
+async def run_all(args: argparse.Namespace, session: EngineSession, root: Path,
+                  t_start: float) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(args.seed)
+    shape, max_len = parse_shape(args.shape), int(session.meta["engine_config"]["max_model_len"] or 4096)
+    n = args.burst
+    burst = RequestTrace.from_arrays(np.zeros(n), *sample_lengths(shape, n, rng, max_len))
+    budget = max(10.0, min(args.burst_seconds, left(args, t_start) / 3))
+    m = await session.run(Level("burst", burst, LoadSpec("burst", deadline_s=budget,
+                                                         request_timeout_s=budget)), root)
+    cap = capacity_rps(m)
+    rows = [summarize("burst", None, m)]
+    print(f"capacity estimate: {cap:.2f} req/s ({rows[0]['completed']}/{n} done)", flush=True)
+    for frac in args.fractions:
+        row = await run_fraction(args, session, root, t_start, frac, cap, shape, max_len, rng)
+        if row is None:
+            break
+        rows.append(row)
+    return rows
+
+
+async def run_fraction(args: argparse.Namespace, session: EngineSession, root: Path, t_start: float,
+                       frac: float, cap: float, shape: dict[str, Any], max_len: int,
+                       rng: np.random.Generator) -> dict[str, Any] | None:
+    drain = max(10.0, min(60.0, args.level_seconds / 2))
+    seconds = min(args.level_seconds, left(args, t_start) - drain)
+    if seconds < min(5.0, args.level_seconds) or cap <= 0:
+        print(f"skipping fraction {frac} and later: {left(args, t_start):.0f} s left", flush=True)
+        return None
+    qps = frac * cap
+    trace = poisson_trace(qps, seconds, shape, rng, max_len)
+    load = LoadSpec("open", request_timeout_s=seconds + drain, deadline_s=seconds + drain)
+    name = f"f{frac:.2f}"
+    m = await session.run(Level(name, trace, load), root)
+    print(f"{name}: {len(trace)} requests over {seconds:.0f} s at {qps:.2f} req/s", flush=True)
+    return summarize(name, qps, m)
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", help="name in latsim/catalog/data/models/ (a label with --config-dir)")
+    p.add_argument("--config-dir", help="a directory holding an HF config.json")
+    p.add_argument("--shape", default="mix", help="'mix' or 'fixed:in=N,out=M'")
+    p.add_argument("--fractions", type=lambda s: [float(x) for x in s.split(",")],
+                   default=[0.25, 0.5, 0.75, 0.9])
+    p.add_argument("--burst", type=int, default=300, help="requests in the saturation burst")
+    p.add_argument("--burst-seconds", type=float, default=120.0, help="deadline of the burst")
+    p.add_argument("--level-seconds", type=float, default=60.0)
+    p.add_argument("--max-seconds", type=float, default=540.0, help="whole run, engine start included")
+    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p.add_argument("--tar", action="store_true", help="pack the run tree into one .tar.gz")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-num-batched-tokens", type=int)
+    p.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--dtype")
+    p.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--engine-arg", action="append", default=[], help="KEY=JSON, any AsyncEngineArgs")
+    args = p.parse_args(argv)
+    if not (args.model or args.config_dir):
+        p.error("give --model NAME, --config-dir DIR, or both")
+    try:
+        parse_shape(args.shape)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
+
+
+def pack(root: Path) -> list[Path]:
+    """Each ``root/<level>/`` -> ``root/<level>.tar.gz`` (atomic), the folder then removed.
+
+    Members are named ``<root name>/<level>/...``, so unpacking every archive in one place
+    rebuilds the tree.  One archive per level keeps each file under the device's 16 MiB cap.
+    """
+    out = []
+    for level in sorted(p for p in root.iterdir() if p.is_dir()):
+        target = root / f"{level.name}.tar.gz"
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".pack.")
+        with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
+            tar.add(level, arcname=f"{root.name}/{level.name}")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+        shutil.rmtree(level)
+        out.append(target)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    t_start = time.monotonic()
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        path, name = model_dir(args, Path(tmp))
+        shape_tag = args.shape.replace(":", "-").replace(",", "-").replace("=", "")
+        root = Path(args.out) / f"{name}-{shape_tag}"
+        meta = {"model": {"name": name, "config": json.loads((Path(path) / "config.json").read_text())},
+                "workload": {"shape": parse_shape(args.shape), "seed": args.seed}}
+        rows = asyncio.run(measure(args, settings_from(args, path), root, meta, t_start))
+    tmp_summary = root / ".summary.json.tmp"
+    tmp_summary.write_text(json.dumps(rows, indent=2) + "\n")
+    os.replace(tmp_summary, root / "summary.json")
+    if args.tar:
+        for archive in pack(root):
+            size = archive.stat().st_size / 2**20
+            print(f"packed {archive} ({size:.1f} MiB{', OVER the 16 MiB cap' if size > 16 else ''})")
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""The in-process vLLM driver, run against a fake engine with AsyncLLM's ``generate`` shape."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from latsim.validate.loadgen import LoadSpec
+from latsim.validate.records import load_run
+from latsim.validate.vllm_driver import (
+    EngineSession,
+    EngineSettings,
+    Level,
+    RunOptions,
+    build_engine,
+    engine_config_snapshot,
+    run_levels,
+)
+from latsim.workload.trace import RequestTrace
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_PARAMS = RunOptions(params=lambda n: n, warmup_requests=3)
+
+
+@dataclass
+class FakeCompletion:
+    token_ids: list[int]
+
+
+@dataclass
+class FakeOutput:
+    outputs: list[FakeCompletion]
+    finished: bool
+
+
+class FakeEngine:
+    """Streams ``n`` tokens (``per_chunk`` per output) after ``ttft``, one output per ``itl``."""
+
+    def __init__(self, ttft: float = 0.01, itl: float = 0.002, per_chunk: int = 1,
+                 max_model_len: int = 4096, hang: bool = False) -> None:
+        self.ttft, self.itl, self.per_chunk, self.hang = ttft, itl, per_chunk, hang
+        self.calls: list[tuple[str, list[int], int]] = []
+        self.aborted: list[str] = []
+        self.vllm_config = SimpleNamespace(
+            scheduler_config=SimpleNamespace(max_num_seqs=1024, max_num_batched_tokens=8192,
+                                             enable_chunked_prefill=True, async_scheduling=False),
+            cache_config=SimpleNamespace(block_size=16, num_gpu_blocks=1000, gpu_memory_utilization=0.9,
+                                         enable_prefix_caching=True, cache_dtype="auto"),
+            model_config=SimpleNamespace(max_model_len=max_model_len, dtype="torch.bfloat16",
+                                         get_vocab_size=lambda: 50_000),
+            parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1),
+        )
+
+    def shutdown(self) -> None:
+        self.calls.append(("shutdown", [], 0))
+
+    async def generate(self, prompt: dict[str, Any], params: int, request_id: str):
+        ids = prompt["prompt_token_ids"]
+        if len(ids) + params > self.vllm_config.model_config.max_model_len:
+            raise ValueError(f"prompt of {len(ids)} + {params} tokens exceeds max_model_len")
+        self.calls.append((request_id, ids, params))
+        try:
+            await asyncio.sleep(self.ttft)
+            for start in range(0, params, self.per_chunk):
+                if start:
+                    await asyncio.sleep(self.itl)
+                new = list(range(start, min(params, start + self.per_chunk)))
+                yield FakeOutput([FakeCompletion(new)], finished=start + len(new) == params)
+                if self.hang:
+                    await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.aborted.append(request_id)
+            raise
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def trace(n: int, gap: float = 0.0, inp: int = 32, out: int = 6, **kw: Any) -> RequestTrace:
+    return RequestTrace.from_arrays(np.arange(n) * gap, [inp] * n, [out] * n, **kw)
+
+
+def test_levels_are_measured_and_written(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    levels = [Level("open", trace(5, 0.01)), Level("closed", trace(6), LoadSpec("concurrency", 2))]
+    ms = run(run_levels(engine, levels, tmp_path, FAKE_PARAMS, {"model": {"name": "fake"}}))
+    assert [len(m) for m in ms] == [5, 6]
+    assert sum(rid.startswith("warmup-") for rid, _, _ in engine.calls) == 3
+    loaded = load_run(tmp_path / "open")
+    req = loaded.requests
+    assert req["status"].eq("ok").all() and req["output_tokens_received"].eq(6).all()
+    assert all(k == (1,) * 6 for k in req["chunk_tokens"])
+    ttft = (req["first_token_s"] - req["sent_s"]).to_numpy()
+    assert ttft.min() >= 0.0095 and np.median(ttft) < 0.02
+    cfg = loaded.meta["engine_config"]
+    assert cfg["kv_capacity_tokens"] == 16_000 and cfg["max_num_seqs"] == 1024
+    assert cfg["chunked_prefill"] is True and cfg["prefix_caching"] is True and cfg["tp"] == 1
+    assert set(cfg["versions"]) >= {"vllm", "torch", "gpu", "driver"}
+    assert loaded.meta["level"] == "open" and loaded.meta["model"] == {"name": "fake"}
+    assert load_run(tmp_path / "closed").meta["load"]["mode"] == "concurrency"
+
+
+def test_prompts_are_distinct_unless_a_prefix_is_shared() -> None:
+    engine = FakeEngine()
+    tr = trace(4, inp=40, prefix_group=[0, 0, -1, 1], prefix_tokens=[16, 16, 0, 16])
+    run(run_levels(engine, [Level("p", tr)], None, RunOptions(params=lambda n: n, warmup_requests=0)))
+    prompts = {rid: ids for rid, ids, _ in engine.calls}
+    a, b, c, d = (prompts[f"p-{i}"] for i in range(4))
+    assert a[:16] == b[:16] and a[16:] != b[16:]
+    assert len({a[0], c[0], d[0]}) == 3 and all(len(p) == 40 for p in (a, b, c, d))
+    assert max(max(p) for p in prompts.values()) < 50_000  # the engine's vocabulary
+
+
+def test_multi_token_deltas_are_counted() -> None:
+    ms = run(run_levels(FakeEngine(per_chunk=3), [Level("x", trace(1, out=7))], None, FAKE_PARAMS))
+    assert ms[0].requests["chunk_tokens"][0] == (3, 3, 1)
+    assert ms[0].requests["output_tokens_received"][0] == 7
+
+
+def test_rejected_request_is_an_error_record() -> None:
+    engine = FakeEngine(max_model_len=64)
+    ms = run(run_levels(engine, [Level("x", trace(2, inp=60, out=10))], None, FAKE_PARAMS))
+    assert ms[0].requests["status"].tolist() == ["error", "error"]
+    assert "exceeds max_model_len" in ms[0].requests["error"][0]
+
+
+def test_hung_request_times_out_and_is_aborted() -> None:
+    engine = FakeEngine(hang=True)
+    load = LoadSpec(request_timeout_s=0.2)
+    ms = run(run_levels(engine, [Level("x", trace(2, out=4), load)], None,
+                        RunOptions(params=lambda n: n, warmup_requests=0)))
+    assert ms[0].requests["status"].tolist() == ["timeout", "timeout"]
+    assert sorted(engine.aborted) == ["x-0", "x-1"]
+
+
+def test_missing_vllm_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(ImportError, match=r"vllm is not importable; install latsim\[vllm\]"):
+        build_engine(EngineSettings(model_dir="/nowhere"))
+
+
+def test_engine_kwargs_leave_unset_knobs_to_vllm() -> None:
+    kw = EngineSettings(model_dir="/m", max_num_seqs=64, enable_prefix_caching=False,
+                        extra={"enforce_eager": True}).engine_kwargs()
+    assert kw == {"model": "/m", "load_format": "dummy", "skip_tokenizer_init": True,
+                  "max_num_seqs": 64, "enable_prefix_caching": False, "seed": 0, "enforce_eager": True}
+
+
+def test_snapshot_of_unknown_engine_is_all_none() -> None:
+    snap = engine_config_snapshot(object())
+    assert snap["max_num_seqs"] is None and snap["kv_capacity_tokens"] is None
+
+
+def test_level_name_must_be_a_plain_directory_name() -> None:
+    with pytest.raises(ValueError, match=r"level name '\.\./x'"):
+        Level("../x", trace(1))
+
+
+def test_imports_pull_in_neither_simpy_nor_vllm() -> None:
+    code = ("import sys, runpy; import latsim.validate.vllm_driver, latsim.validate.http_driver, "
+            "latsim.validate.importers; runpy.run_path('scripts/device_measure.py'); "
+            "bad = {'simpy', 'vllm', 'torch'} & set(sys.modules); assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=60)
+
+
+# ------------------------------------------------------------------------ device script
+
+
+def device_script() -> Any:
+    spec = importlib.util.spec_from_file_location("device_measure", REPO / "scripts" / "device_measure.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_device_script_shapes() -> None:
+    dm = device_script()
+    assert dm.parse_shape("fixed:in=512,out=128") == {"kind": "fixed", "in": 512, "out": 128}
+    with pytest.raises(ValueError, match="--shape 'fixed:512'"):
+        dm.parse_shape("fixed:512")
+    rng = np.random.default_rng(0)
+    inp, out = dm.sample_lengths(dm.parse_shape("mix"), 2000, rng, max_model_len=2048)
+    assert inp.min() >= 1 and out.min() >= 8 and (inp + out).max() <= 2048
+    assert 450 < np.median(inp) < 650 and 120 < np.median(out) < 180
+    tr = dm.poisson_trace(50.0, 20.0, dm.parse_shape("mix"), rng, 8192)
+    assert tr.arrival_s[0] == 0.0 and tr.arrival_s[-1] < 20.0 and 850 < len(tr) < 1150
+
+
+def test_device_script_flow_with_fake_engine(tmp_path: Path) -> None:
+    dm = device_script()
+    args = dm.parse_args(["--config-dir", str(tmp_path), "--shape", "fixed:in=32,out=8", "--burst", "20",
+                          "--level-seconds", "0.5", "--fractions", "0.2,0.4", "--out", str(tmp_path)])
+
+    async def flow() -> list[dict[str, Any]]:
+        session = await EngineSession(FakeEngine(), FAKE_PARAMS, {"model": {"name": "fake"}}).start()
+        return await dm.run_all(args, session, tmp_path / "fake-fixed", dm.time.monotonic())
+
+    rows = asyncio.run(flow())
+    assert [r["level"] for r in rows] == ["burst", "f0.20", "f0.40"]
+    assert rows[0]["completed"] == 20 and all(r["completed"] == r["sent"] for r in rows)
+    assert rows[2]["qps"] == pytest.approx(2 * rows[1]["qps"])
+    assert 9 < rows[1]["ttft_p50"] < 20 and 1.5 < rows[1]["tpot_mean"] < 6
+    for level in ("burst", "f0.20", "f0.40"):
+        assert load_run(tmp_path / "fake-fixed" / level).meta["level"] == level
+    dm.print_table(rows)
+    (tmp_path / "fake-fixed" / "summary.json").write_text(json.dumps(rows))
+    packed = dm.pack(tmp_path / "fake-fixed")
+    assert [p.name for p in packed] == ["burst.tar.gz", "f0.20.tar.gz", "f0.40.tar.gz"]
+    assert sorted(p.name for p in (tmp_path / "fake-fixed").iterdir()) == [
+        "burst.tar.gz", "f0.20.tar.gz", "f0.40.tar.gz", "summary.json"]
+    unpacked = tmp_path / "unpacked"
+    for archive in packed:
+        with tarfile.open(archive) as tar:
+            tar.extractall(unpacked, filter="data")
+    assert len(load_run(unpacked / "fake-fixed" / "f0.40")) == rows[2]["sent"]
+
+
+def test_device_script_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    dm = device_script()
+    engines: list[FakeEngine] = []
+    settings: list[EngineSettings] = []
+
+    def fake_build(s: EngineSettings) -> FakeEngine:
+        settings.append(s)
+        engines.append(FakeEngine())
+        return engines[-1]
+
+    monkeypatch.setattr(dm, "build_engine", fake_build)
+    monkeypatch.setattr(dm, "RunOptions", lambda seed: RunOptions(seed=seed, params=lambda n: n))
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    dm.main(["--config-dir", str(cfg), "--model", "tiny", "--shape", "fixed:in=16,out=4", "--burst", "10",
+             "--level-seconds", "0.3", "--fractions", "0.1", "--out", str(tmp_path / "out"), "--tar",
+             "--max-num-seqs", "64", "--engine-arg", "enforce_eager=true", "--engine-arg", "kv_cache_dtype=fp8"])
+    assert engines[0].calls[-1][0] == "shutdown"
+    assert settings[0].max_num_seqs == 64
+    assert settings[0].extra == {"enforce_eager": True, "kv_cache_dtype": "fp8"}
+    root = tmp_path / "out" / "tiny-fixed-in16-out4"
+    assert sorted(p.name for p in root.iterdir()) == ["burst.tar.gz", "f0.10.tar.gz", "summary.json"]
+    assert [r["level"] for r in json.loads((root / "summary.json").read_text())] == ["burst", "f0.10"]
+    assert capsys.readouterr().out.splitlines()[-1].split()[0] == "f0.10"
+
+
+def test_device_script_model_lookup(tmp_path: Path) -> None:
+    dm = device_script()
+    with pytest.raises(SystemExit, match="not in the catalog"):
+        dm.model_dir(dm.parse_args(["--model", "no-such-model"]), tmp_path)
+    with pytest.raises(SystemExit, match=r"no config\.json there"):
+        dm.model_dir(dm.parse_args(["--config-dir", str(tmp_path)]), tmp_path)
