@@ -52,7 +52,7 @@ class Settings:
 
 DEFAULTS = Settings(
     model="llama-3.1-8b", device="h100", tp=1, replicas=1, router="round-robin", weight_dtype="bf16",
-    kv_dtype="bf16", engine="vllm", block_size=16, gpu_memory_utilization=0.9, enable_chunked_prefill=True,
+    kv_dtype="bf16", engine="vllm", block_size=16, gpu_memory_utilization=0.92, enable_chunked_prefill=True,
     enable_prefix_caching=True, async_scheduling=True, qps=8.0, arrival="poisson",
     input_dist="lognormal:median=600,sigma=0.8,min=16,max=4096", output_dist="lognormal:median=150,sigma=0.6,min=8,max=1024",
     num_requests=None, seed=0,
@@ -91,7 +91,7 @@ def _lengths_given_together(flags: Settings, merged: dict) -> None:
 def build_deployment(s: Settings) -> Deployment:
     engine = EngineConfig(
         engine=s.engine or "vllm", max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
-        block_size=s.block_size or 16, gpu_memory_utilization=s.gpu_memory_utilization or 0.9,
+        block_size=s.block_size or 16, gpu_memory_utilization=s.gpu_memory_utilization or 0.92,
         max_model_len=s.max_model_len, enable_chunked_prefill=bool(s.enable_chunked_prefill),
         enable_prefix_caching=bool(s.enable_prefix_caching), async_scheduling=bool(s.async_scheduling),
         num_gpu_blocks=s.num_gpu_blocks,
