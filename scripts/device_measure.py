@@ -148,19 +148,27 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------------------------- levels
 
 
-async def measure(args: argparse.Namespace, settings: EngineSettings, root: Path,
-                  meta: dict[str, Any], t_start: float) -> list[dict[str, Any]]:
+async def measure(args: argparse.Namespace, settings: EngineSettings,
+                  runs: list[tuple[str, Path, dict[str, Any]]], t_start: float) -> list[list[dict[str, Any]]]:
+    """One engine, then each ``(shape, root, meta)`` in turn, sharing the time left equally."""
     engine = build_engine(settings)
+    results = []
     try:
         print(f"engine ready after {time.monotonic() - t_start:.0f} s", flush=True)
-        session = await EngineSession(engine, RunOptions(seed=args.seed), meta).start()
-        return await run_all(args, session, root, t_start)
+        for i, (shape, root, meta) in enumerate(runs):
+            args.shape = shape
+            args.shape_end = time.monotonic() + left(args, t_start) / (len(runs) - i)
+            session = await EngineSession(engine, RunOptions(seed=args.seed), meta).start()
+            results.append(await run_all(args, session, root, t_start))
     finally:
         engine.shutdown()
+    return results
 
 
 def left(args: argparse.Namespace, t_start: float) -> float:
-    return args.max_seconds - (time.monotonic() - t_start) - SHUTDOWN_MARGIN_S
+    """Seconds left for the current shape (its share of the run) before shutting down."""
+    whole = args.max_seconds - (time.monotonic() - t_start) - SHUTDOWN_MARGIN_S
+    return min(whole, getattr(args, "shape_end", float("inf")) - time.monotonic())
 
 
 async def run_all(args: argparse.Namespace, session: EngineSession, root: Path,
@@ -207,7 +215,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", help="name in latsim/catalog/data/models/ (a label with --config-dir)")
     p.add_argument("--config-dir", help="a directory holding an HF config.json")
-    p.add_argument("--shape", default="mix", help="'mix' or 'fixed:in=N,out=M'")
+    p.add_argument("--shape", action="append", help="'mix' or 'fixed:in=N,out=M'; repeat for several "
+                   "shapes on one engine (default: mix)")
     p.add_argument("--fractions", type=lambda s: [float(x) for x in s.split(",")],
                    default=[0.25, 0.5, 0.75, 0.9])
     p.add_argument("--burst", type=int, default=300, help="requests in the saturation burst")
@@ -227,8 +236,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not (args.model or args.config_dir):
         p.error("give --model NAME, --config-dir DIR, or both")
+    args.shapes = args.shape or ["mix"]
+    args.shape = args.shapes[0]  # the shape being measured; measure() moves it along
     try:
-        parse_shape(args.shape)
+        for shape in args.shapes:
+            parse_shape(shape)
     except ValueError as exc:
         p.error(str(exc))
     return args
@@ -258,19 +270,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         path, name = model_dir(args, Path(tmp))
-        shape_tag = args.shape.replace(":", "-").replace(",", "-").replace("=", "")
-        root = Path(args.out) / f"{name}-{shape_tag}"
-        meta = {"model": {"name": name, "config": json.loads((Path(path) / "config.json").read_text())},
-                "workload": {"shape": parse_shape(args.shape), "seed": args.seed}}
-        rows = asyncio.run(measure(args, settings_from(args, path), root, meta, t_start))
-    tmp_summary = root / ".summary.json.tmp"
-    tmp_summary.write_text(json.dumps(rows, indent=2) + "\n")
-    os.replace(tmp_summary, root / "summary.json")
-    if args.tar:
-        for archive in pack(root):
-            size = archive.stat().st_size / 2**20
-            print(f"packed {archive} ({size:.1f} MiB{', OVER the 16 MiB cap' if size > 16 else ''})")
-    print_table(rows)
+        config = json.loads((Path(path) / "config.json").read_text())
+        runs = []
+        for shape in args.shapes:
+            shape_tag = shape.replace(":", "-").replace(",", "-").replace("=", "")
+            meta = {"model": {"name": name, "config": config}, "workload": {"shape": parse_shape(shape), "seed": args.seed}}
+            runs.append((shape, Path(args.out) / f"{name}-{shape_tag}", meta))
+        results = asyncio.run(measure(args, settings_from(args, path), runs, t_start))
+    for (shape, root, _), rows in zip(runs, results):
+        tmp_summary = root / ".summary.json.tmp"
+        tmp_summary.write_text(json.dumps(rows, indent=2) + "\n")
+        os.replace(tmp_summary, root / "summary.json")
+        if args.tar:
+            for archive in pack(root):
+                size = archive.stat().st_size / 2**20
+                print(f"packed {archive} ({size:.1f} MiB{', OVER the 16 MiB cap' if size > 16 else ''})")
+        print(f"== {name} {shape}")
+        print_table(rows)
 
 
 if __name__ == "__main__":
