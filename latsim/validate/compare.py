@@ -1,0 +1,105 @@
+"""Prediction vs measurement on the same traffic: replay a measured run in the simulator.
+
+The simulator gets the run's exact arrivals (when each request left the client) and lengths,
+the model's own config.json and the engine's resolved configuration (max_num_seqs, token
+budget, block size, KV blocks, max_model_len, chunked prefill, prefix caching), so that the
+only thing left to disagree on is the model of time.  Errors are signed:
+``(predicted - measured) / measured``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from latsim.catalog.hf_config import parse_hf_config
+from latsim.catalog.lookup import load_device
+from latsim.deployment import Deployment, EngineConfig
+from latsim.validate.records import load_run
+
+METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+STATS = ("mean", "p50", "p90", "p99")
+
+
+@dataclass(frozen=True)
+class LevelComparison:
+    """One measured load level and its replay."""
+
+    run_dir: str
+    level: str
+    offered_qps: float | None
+    measured: dict
+    predicted: dict
+    measured_records: pd.DataFrame
+    predicted_records: pd.DataFrame
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Every run directory (holding ``meta.json``) at or below ``root``, sorted."""
+    base = Path(root)
+    if (base / "meta.json").is_file():
+        return [base]
+    runs = sorted(p.parent for p in base.rglob("meta.json"))
+    if not runs:
+        raise ValueError(f"{root} holds no measurement (no meta.json at or below it)")
+    return runs
+
+
+def deployment_for(meta: dict, device: str) -> Deployment:
+    """The deployment a run measured, from its recorded model config and engine snapshot."""
+    model_meta = meta.get("model") or {}
+    config = model_meta.get("config")
+    if not isinstance(config, dict):
+        raise ValueError("the run's meta.json has no model config (model.config); cannot replay it")
+    model = parse_hf_config(config, str(model_meta.get("name", "measured-model")))
+    ec = meta.get("engine_config") or {}
+    engine = EngineConfig(
+        max_num_seqs=ec.get("max_num_seqs"), max_num_batched_tokens=ec.get("max_num_batched_tokens"),
+        block_size=ec.get("block_size") or 16, gpu_memory_utilization=ec.get("gpu_memory_utilization") or 0.92,
+        max_model_len=ec.get("max_model_len"), enable_chunked_prefill=ec.get("chunked_prefill", True),
+        enable_prefix_caching=ec.get("prefix_caching", True), async_scheduling=ec.get("async_scheduling", True),
+        num_gpu_blocks=ec.get("num_gpu_blocks"),
+    )
+    return Deployment(model=model, device=load_device(device), tp=ec.get("tp") or 1, engine=engine)
+
+
+def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=None) -> LevelComparison:
+    """Replay one measured run and summarise both sides with the same metric code."""
+    from latsim.engine.simulate import simulate
+    from latsim.metrics.summary import summarize
+
+    m = load_run(run_dir)
+    deployment = deployment_for(m.meta, device)
+    result = simulate(deployment, m.to_trace(), seed=seed, cost_model=cost_model)
+    measured_records = m.records_frame()
+    itl_v, itl_w = m.itl_samples()
+    measured = summarize(measured_records, itl_v, itl_w, rng=np.random.default_rng(seed))
+    trace_meta = m.meta.get("trace") or {}
+    return LevelComparison(str(run_dir), str(m.meta.get("level", Path(run_dir).name)),
+                           trace_meta.get("offered_qps"), measured, result.summary,
+                           measured_records, result.records)
+
+
+def error_table(levels: list[LevelComparison]) -> pd.DataFrame:
+    """Long table: one row per (run, metric, statistic) with measured, predicted, signed error."""
+    rows = []
+    for lv in levels:
+        for metric in METRICS:
+            for stat in STATS:
+                meas = (lv.measured.get(metric) or {}).get(stat)
+                pred = (lv.predicted.get(metric) or {}).get(stat)
+                err = (pred - meas) / meas if meas and pred is not None else np.nan
+                rows.append({"run": lv.run_dir, "level": lv.level, "offered_qps": lv.offered_qps,
+                             "metric": metric, "stat": stat, "measured": meas, "predicted": pred,
+                             "error": err})
+    return pd.DataFrame(rows)
+
+
+def headline(table: pd.DataFrame, poisson_only: bool = True) -> pd.DataFrame:
+    """Median |error| per (metric, statistic) over the Poisson levels (bursts excluded)."""
+    t = table[table["level"] != "burst"] if poisson_only else table
+    return (t.assign(abs_error=t["error"].abs())
+            .groupby(["metric", "stat"])["abs_error"].median().unstack("stat")[list(STATS)])
