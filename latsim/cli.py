@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -31,36 +31,36 @@ Opt = typer.Option
 
 @app.command()
 def predict(
-    model: Annotated[Optional[str], Opt(help="Catalog name (see `latsim models`) or HF config.json path")] = None,
-    device: Annotated[Optional[str], Opt(help="GPU name (see `latsim devices`)")] = None,
-    tp: Annotated[Optional[int], Opt(help="Tensor-parallel GPUs per replica")] = None,
-    replicas: Annotated[Optional[int], Opt(help="Engine replicas behind the router")] = None,
-    router: Annotated[Optional[str], Opt(help="round-robin | least-outstanding")] = None,
-    engine: Annotated[Optional[str], Opt(help="vllm | static")] = None,
-    weight_dtype: Annotated[Optional[str], Opt(help="bf16 | fp16 | fp8 | int8 | int4")] = None,
-    kv_cache_dtype: Annotated[Optional[str], Opt(help="bf16 | fp16 | fp8")] = None,
-    qps: Annotated[Optional[float], Opt(help="Mean request rate (req/s)")] = None,
-    trace: Annotated[Optional[Path], Opt(help="Trace file: latsim JSONL/CSV or Azure CSV")] = None,
-    arrival: Annotated[Optional[str], Opt(help="poisson | gamma:cv=2 | constant | burst")] = None,
-    input_len: Annotated[Optional[int], Opt(help="Fixed prompt length")] = None,
-    input_dist: Annotated[Optional[str], Opt(help="Prompt length spec, e.g. lognormal:median=600,sigma=0.8")] = None,
-    output_len: Annotated[Optional[int], Opt(help="Fixed output length")] = None,
-    output_dist: Annotated[Optional[str], Opt(help="Output length spec")] = None,
-    num_requests: Annotated[Optional[int], Opt(help="Requests to simulate (default 1000)")] = None,
-    seed: Annotated[Optional[int], Opt(help="Random seed")] = None,
-    max_num_seqs: Annotated[Optional[int], Opt()] = None,
-    max_num_batched_tokens: Annotated[Optional[int], Opt()] = None,
-    block_size: Annotated[Optional[int], Opt()] = None,
-    gpu_memory_utilization: Annotated[Optional[float], Opt()] = None,
-    max_model_len: Annotated[Optional[int], Opt()] = None,
-    num_gpu_blocks: Annotated[Optional[int], Opt(help="Override the KV blocks the memory plan gives")] = None,
+    model: Annotated[str | None, Opt(help="Catalog name (see `latsim models`) or HF config.json path")] = None,
+    device: Annotated[str | None, Opt(help="GPU name (see `latsim devices`)")] = None,
+    tp: Annotated[int | None, Opt(help="Tensor-parallel GPUs per replica")] = None,
+    replicas: Annotated[int | None, Opt(help="Engine replicas behind the router")] = None,
+    router: Annotated[str | None, Opt(help="round-robin | least-outstanding")] = None,
+    engine: Annotated[str | None, Opt(help="vllm | static")] = None,
+    weight_dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8 | int8 | int4")] = None,
+    kv_cache_dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8")] = None,
+    qps: Annotated[float | None, Opt(help="Mean request rate (req/s)")] = None,
+    trace: Annotated[Path | None, Opt(help="Trace file: latsim JSONL/CSV or Azure CSV")] = None,
+    arrival: Annotated[str | None, Opt(help="poisson | gamma:cv=2 | constant | burst")] = None,
+    input_len: Annotated[int | None, Opt(help="Fixed prompt length")] = None,
+    input_dist: Annotated[str | None, Opt(help="Prompt length spec, e.g. lognormal:median=600,sigma=0.8")] = None,
+    output_len: Annotated[int | None, Opt(help="Fixed output length")] = None,
+    output_dist: Annotated[str | None, Opt(help="Output length spec")] = None,
+    num_requests: Annotated[int | None, Opt(help="Requests to simulate (default 1000)")] = None,
+    seed: Annotated[int | None, Opt(help="Random seed")] = None,
+    max_num_seqs: Annotated[int | None, Opt()] = None,
+    max_num_batched_tokens: Annotated[int | None, Opt()] = None,
+    block_size: Annotated[int | None, Opt()] = None,
+    gpu_memory_utilization: Annotated[float | None, Opt()] = None,
+    max_model_len: Annotated[int | None, Opt()] = None,
+    num_gpu_blocks: Annotated[int | None, Opt(help="Override the KV blocks the memory plan gives")] = None,
     no_chunked_prefill: Annotated[bool, Opt("--no-chunked-prefill")] = False,
     no_prefix_caching: Annotated[bool, Opt("--no-prefix-caching")] = False,
-    slo_ttft_ms: Annotated[Optional[float], Opt(help="TTFT SLO for goodput")] = None,
-    slo_tpot_ms: Annotated[Optional[float], Opt(help="TPOT SLO for goodput")] = None,
-    config: Annotated[Optional[Path], Opt(help="Deployment YAML file with the same settings")] = None,
+    slo_ttft_ms: Annotated[float | None, Opt(help="TTFT SLO for goodput")] = None,
+    slo_tpot_ms: Annotated[float | None, Opt(help="TPOT SLO for goodput")] = None,
+    config: Annotated[Path | None, Opt(help="Deployment YAML file with the same settings")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print exactly one JSON object")] = False,
-    out_dir: Annotated[Optional[Path], Opt("--out", help="Write requests.parquet and summary.json here")] = None,
+    out_dir: Annotated[Path | None, Opt("--out", help="Write requests.parquet and summary.json here")] = None,
 ) -> None:
     """Simulate a deployment under a workload and report latency percentiles."""
     from latsim.engine.simulate import simulate
