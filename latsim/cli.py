@@ -124,6 +124,69 @@ def _check_outcome(summary: dict, num_requests: int) -> None:
 
 
 @app.command()
+def validate(
+    run: Annotated[Path, typer.Argument(help="A measured run directory, or a folder of them")],
+    device: Annotated[str, Opt(help="GPU the run was measured on")] = "h200",
+    out_dir: Annotated[Path | None, Opt("--out", help="Write errors.csv and validation.png here")] = None,
+    as_json: Annotated[bool, Opt("--json")] = False,
+    seed: Annotated[int, Opt()] = 0,
+) -> None:
+    """Replay measured runs in the simulator and print signed errors (predicted vs measured)."""
+    from latsim.report.tables import validation_table
+    from latsim.validate.compare import compare_run, error_table, find_runs, headline
+
+    if not run.exists():
+        raise UserError(f"{run} does not exist")
+    levels = [compare_run(r, device, seed=seed) for r in find_runs(run)]
+    table = error_table(levels)
+    if out_dir:
+        from latsim.atomic import atomic_write_text
+        from latsim.report.figures import validation_figure
+
+        atomic_write_text(out_dir / "errors.csv", table.to_csv(index=False))
+        validation_figure(levels, out_dir / "validation.png", title=str(run))
+    if as_json:
+        print(table.to_json(orient="records"))
+        return
+    out.print(validation_table(table))
+    out.print("median |error| over Poisson levels:")
+    out.print(headline(table).to_string(float_format=lambda x: f"{100 * x:.1f}%"))
+
+
+@app.command()
+def measure(
+    out_dir: Annotated[Path, Opt("--out", help="Run directory to write")],
+    endpoint: Annotated[str | None, Opt(help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")] = None,
+    model_name: Annotated[str | None, Opt(help="Served model name (HTTP)")] = None,
+    engine: Annotated[str | None, Opt(help="'vllm' to run vLLM in-process instead of HTTP")] = None,
+    model: Annotated[str | None, Opt(help="Config dir or catalog name for --engine vllm")] = None,
+    load_format: Annotated[str, Opt(help="vLLM load format (dummy: random weights)")] = "dummy",
+    qps: Annotated[float | None, Opt()] = None,
+    concurrency: Annotated[int | None, Opt(help="Fixed number in flight instead of open-loop arrivals")] = None,
+    burst: Annotated[bool, Opt(help="Send every request at t=0")] = False,
+    trace: Annotated[Path | None, Opt()] = None,
+    arrival: Annotated[str, Opt()] = "poisson",
+    input_len: Annotated[int | None, Opt()] = None,
+    input_dist: Annotated[str | None, Opt()] = None,
+    output_len: Annotated[int | None, Opt()] = None,
+    output_dist: Annotated[str | None, Opt()] = None,
+    num_requests: Annotated[int, Opt()] = 200,
+    seed: Annotated[int, Opt()] = 0,
+    timeout_s: Annotated[float, Opt(help="Per-request timeout")] = 600.0,
+) -> None:
+    """Drive a live engine with a workload and record per-token timestamps."""
+    from latsim.validate.measure_cli import run_measurement
+
+    summary = run_measurement(
+        out_dir=out_dir, endpoint=endpoint, model_name=model_name, engine=engine, model=model,
+        load_format=load_format, qps=qps, concurrency=concurrency, burst=burst, trace=trace, arrival=arrival,
+        input_len=input_len, input_dist=input_dist, output_len=output_len, output_dist=output_dist,
+        num_requests=num_requests, seed=seed, timeout_s=timeout_s,
+    )
+    out.print(summary)
+
+
+@app.command()
 def models() -> None:
     """List the built-in model catalog."""
     from latsim.report.catalog import models_table

@@ -50,3 +50,24 @@ def system_table(summary: dict, title: str) -> Table:
 
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:,.2f}"
+
+
+def validation_table(table) -> Table:
+    """Rows (level, metric) x columns (measured, predicted, error) for p50 and p99."""
+    out = Table(title="Predicted vs measured (ms; error = (pred - meas) / meas)", title_justify="left")
+    for col in ("run", "qps", "metric", "p50 meas", "p50 pred", "p50 err", "p99 meas", "p99 pred", "p99 err"):
+        out.add_column(col, justify="left" if col in ("run", "metric") else "right")
+    for (run, metric), g in table.groupby(["run", "metric"], sort=False):
+        by = g.set_index("stat")
+        qps = g["offered_qps"].iloc[0]
+        cells = []
+        for stat in ("p50", "p99"):
+            r = by.loc[stat]
+            cells += [_ms(r["measured"]), _ms(r["predicted"]), _pct(r["error"])]
+        out.add_row(str(run).rsplit("/", 2)[-2] + "/" + str(run).rsplit("/", 1)[-1],
+                    "-" if qps != qps or qps is None else f"{qps:.1f}", metric, *cells)
+    return out
+
+
+def _pct(x: float) -> str:
+    return "-" if x is None or x != x else f"{100 * x:+.1f}%"
