@@ -3,7 +3,13 @@
 Reference: llama-3.1-8b on h100, Poisson 20 req/s, lognormal lengths (input median 600,
 output median 150), 20,000 requests, vLLM server defaults.  Prints one figure per mode:
 
-    python bench/bench_simulate.py [--requests 20000] [--no-fast-forward] [--profile]
+    python bench/bench_simulate.py [--requests 20000] [--no-fast-forward] [--linear-cost] [--profile]
+
+``--no-fast-forward`` runs the reference engine (one ``schedule``/``update`` per step);
+``--linear-cost`` prices steps with the tests' ``LinearCost`` instead of the roofline, which
+separates the engine's own cost from the cost model's.  Wall and CPU seconds are both
+reported: on a shared machine the CPU figure is the steadier one.  Predictions and
+measurements of each speed-up are in ``bench/NOTES.md``.
 """
 
 from __future__ import annotations
@@ -12,7 +18,9 @@ import argparse
 import cProfile
 import pstats
 import resource
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -27,27 +35,38 @@ def reference_trace(n: int):
                       "lognormal:median=150,sigma=0.6,min=4,max=2048", np.random.default_rng(0))
 
 
+def linear_cost():
+    """The engine tests' linear cost model (cheap, so the engine's own cost shows)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.engine.conftest import LinearCost
+
+    return LinearCost()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--no-fast-forward", action="store_true")
+    parser.add_argument("--linear-cost", action="store_true")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     deployment = Deployment(model=load_model("llama-3.1-8b"), device=load_device("h100"))
+    cost = linear_cost() if args.linear_cost else None
     trace = reference_trace(args.requests)
-    simulate(deployment, reference_trace(200))  # warm imports and caches
+    simulate(deployment, reference_trace(200), cost_model=cost)  # warm imports and caches
     profiler = cProfile.Profile() if args.profile else None
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     if profiler:
         profiler.enable()
-    result = simulate(deployment, trace, fast_forward=not args.no_fast_forward)
+    result = simulate(deployment, trace, cost_model=cost, fast_forward=not args.no_fast_forward)
     if profiler:
         profiler.disable()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     s = result.summary
-    print(f"requests={args.requests} steps={s['engine_steps']} wall_s={wall:.2f} "
-          f"simulated_requests_per_s={args.requests / wall:,.0f} peak_rss_mb={rss_mb:.0f} "
+    print(f"requests={args.requests} steps={s['engine_steps']} wall_s={wall:.2f} cpu_s={cpu:.2f} "
+          f"simulated_requests_per_s={args.requests / wall:,.0f} per_cpu_s={args.requests / cpu:,.0f} "
+          f"peak_rss_mb={rss_mb:.0f} "
           f"p99_ttft_ms={s['ttft_ms']['p99']:.1f} p99_tpot_ms={s['tpot_ms']['p99']:.2f} "
           f"cost_model={s['cost_model']}")
     if profiler:

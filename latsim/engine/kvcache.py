@@ -43,6 +43,18 @@ class BlockPool:
     def is_queued(self, key: Key) -> bool:
         return key in self._queued
 
+    def evicts_key(self, n: int) -> bool:
+        """Whether taking ``n`` blocks (``n <= num_free``) would evict a keyed block."""
+        if not self._queued:
+            return False
+        for key, live in self._queue:
+            if n <= 0:
+                return False
+            if live and key is not None:
+                return True
+            n -= live
+        return False
+
     def take(self, n: int) -> None:
         """Hand out ``n`` blocks from the front of the queue, evicting keyed ones reached.
 

@@ -88,22 +88,24 @@ class KVManager:
         """Return all of ``req``'s blocks, last block first.
 
         A preempted request's full computed blocks stay findable (its resume hits them while
-        they survive eviction); a finished request's private blocks become anonymous.
+        they survive eviction); a finished request's private blocks become anonymous.  Keys
+        only exist below ``cached_upto``, so the blocks past it and past the kept ones go back
+        as one anonymous run, and only the leading blocks are visited one by one.
         """
-        n = req.num_blocks
-        if not req.keys and not (preempted and self.prefix_caching):
-            self.pool.release_anonymous(n)
-        else:
-            self.pool.release(self._release_order(req, preempted))
+        keep_upto = req.num_computed // self.block_size if preempted and self.prefix_caching else 0
+        visit = min(max(keep_upto, req.cached_upto if req.keys else 0), req.num_blocks)
+        self.pool.release_anonymous(req.num_blocks - visit)
+        if visit:
+            self.pool.release(self._release_order(req, preempted, keep_upto, visit))
         req.num_blocks = 0
         req.keys = {}
         req.cached_upto = 0
 
-    def _release_order(self, req: Req, preempted: bool) -> list:
-        keep_upto = req.num_computed // self.block_size if preempted and self.prefix_caching else 0
+    def _release_order(self, req: Req, preempted: bool, keep_upto: int, visit: int) -> list:
+        """Keys (or None) of blocks ``visit - 1`` down to 0, as they go back to the free queue."""
         order: list = []
         pool = self.pool
-        for i in range(req.num_blocks - 1, -1, -1):
+        for i in range(visit - 1, -1, -1):
             key = req.keys.get(i)
             if key is not None and key[0] == "r" and not preempted:
                 pool.forget(key)

@@ -15,10 +15,17 @@ class Req:
     next token can be sampled.  ``keys`` maps block index -> content key for the blocks this
     request references that can be found again (prefix-group blocks, or its own blocks after a
     preemption); every other block it holds is anonymous.
+
+    The fast engine (:mod:`latsim.engine.cohort`) may hold a decoding request *lazily*: while
+    ``base >= 0`` the fields ``num_computed``, ``generated``, ``num_blocks`` and ``last_token``
+    are those of cohort step ``base`` and the cohort knows how far it has moved since; ``base
+    == -1`` means every field is current.  ``seq`` orders requests by when they (last) joined
+    the running list, so finished requests are freed in running order.
     """
 
     __slots__ = (
         "arrival",
+        "base",
         "cached_tokens",
         "cached_upto",
         "finish",
@@ -35,6 +42,7 @@ class Req:
         "prefix_blocks",
         "prompt",
         "replica",
+        "seq",
         "state",
         "target",
     )
@@ -51,11 +59,13 @@ class Req:
         self.replica = -1
         self.num_computed = 0
         self.num_blocks = 0
-        self.keys: dict[int, object] = {}
+        self.keys: dict[int, tuple] = {}
         self.cached_upto = 0
         self.cached_tokens = 0
         self.preemptions = 0
         self.state = WAITING
+        self.base = -1
+        self.seq = -1
         self.first_scheduled = math.nan
         self.first_token = math.nan
         self.last_token = math.nan

@@ -8,15 +8,24 @@ progress lost, put back at the front of the waiting queue), possibly the request
 when no preemption happened are waiting requests admitted, in FCFS order, while the budget,
 ``max_num_seqs`` and the KV blocks allow; an admission that cannot be allocated stops the loop.
 ``docs/vllm-v1-scheduling.md`` lists the vLLM 0.25.1 rules this follows.
+
+This is the readable reference, stepped one ``schedule``/``update`` at a time by
+:mod:`latsim.engine.stream` and ``simulate(..., fast_forward=False)``; simulations use
+:class:`~latsim.engine.fastsched.FastVllmScheduler`, which makes the same decisions with
+O(1) work per decoding request.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from latsim.engine.kvmanager import KVManager
 from latsim.engine.request import FINISHED, PREEMPTED, RUNNING, Req
+
+if TYPE_CHECKING:
+    from latsim.engine.recorder import Recorder
 
 
 @dataclass(frozen=True)
@@ -64,8 +73,7 @@ class VllmScheduler:
         self.running: list[Req] = []
         self.waiting: deque[Req] = deque()
         self.num_preemptions = 0
-        self.all_decoding = False
-        self.recorder = None
+        self.recorder: Recorder | None = None
 
     def add_request(self, req: Req) -> None:
         self.waiting.append(req)
@@ -74,7 +82,6 @@ class VllmScheduler:
         return bool(self.running or self.waiting)
 
     def schedule(self) -> StepPlan:
-        self.all_decoding = False
         plan = StepPlan()
         budget = self._schedule_running(plan, self.limits.max_num_batched_tokens)
         if not plan.preempted:
@@ -173,13 +180,11 @@ class VllmScheduler:
     def update(self, plan: StepPlan, now: float) -> list[Req]:
         """Apply a finished step at time ``now``: advance, sample tokens, retire finished requests."""
         finished: list[Req] = []
-        sampled = 0
         gap = self.recorder.gap if self.recorder is not None else None
         for req, n in plan.scheduled:
             req.num_computed += n
             if req.num_computed < req.num_tokens:
                 continue
-            sampled += 1
             req.generated += 1
             if req.generated == 1:
                 req.first_token = now
@@ -190,7 +195,6 @@ class VllmScheduler:
                 finished.append(req)
         if finished:
             self.retire(finished, now)
-        self.all_decoding = sampled - len(finished) == len(self.running)
         return finished
 
     def retire(self, finished: list[Req], now: float) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from latsim.deployment import EngineConfig
+from latsim.engine.fastsched import FastVllmScheduler
 from latsim.engine.memory import MemoryPlan
 from latsim.engine.scheduler import SchedulerLimits, VllmScheduler
 from latsim.engine.static import StaticBatchScheduler
@@ -26,11 +27,13 @@ def limits_for(engine: EngineConfig, memory: MemoryPlan) -> SchedulerLimits:
     )
 
 
-def _vllm(engine: EngineConfig, memory: MemoryPlan):
-    return VllmScheduler(limits_for(engine, memory), memory.num_blocks)
+def _vllm(engine: EngineConfig, memory: MemoryPlan, fast: bool):
+    cls = FastVllmScheduler if fast else VllmScheduler
+    return cls(limits_for(engine, memory), memory.num_blocks)
 
 
-def _static(engine: EngineConfig, memory: MemoryPlan):
+def _static(engine: EngineConfig, memory: MemoryPlan, fast: bool):
+    del fast  # stepped one step at a time either way
     limits = limits_for(engine, memory)
     return StaticBatchScheduler(limits, memory.num_blocks, engine.static_batch_size or limits.max_num_seqs)
 
@@ -38,8 +41,12 @@ def _static(engine: EngineConfig, memory: MemoryPlan):
 SCHEDULERS: dict[str, Callable] = {"vllm": _vllm, "static": _static}
 
 
-def make_scheduler(engine: EngineConfig, memory: MemoryPlan):
+def make_scheduler(engine: EngineConfig, memory: MemoryPlan, fast: bool = True):
+    """The scheduler of ``engine.engine``; ``fast`` picks the fast engine where one exists.
+
+    The fast engine makes the same decisions as the reference one (tests compare them).
+    """
     try:
-        return SCHEDULERS[engine.engine](engine, memory)
+        return SCHEDULERS[engine.engine](engine, memory, fast)
     except KeyError:
         raise ValueError(f"engine must be one of {', '.join(SCHEDULERS)}, got {engine.engine!r}") from None

@@ -51,7 +51,11 @@ def default_horizon(trace: RequestTrace) -> float:
 
 def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost_model: CostModel | None = None,
              slo: SLO | None = None, horizon_s: float | None = None, fast_forward: bool = True) -> SimulationResult:
-    """Simulate ``trace`` served by ``deployment``; see :class:`SimulationResult`."""
+    """Simulate ``trace`` served by ``deployment``; see :class:`SimulationResult`.
+
+    ``fast_forward=False`` runs the reference engine, one ``schedule``/``update`` per step: the
+    same results, several times slower (``tests/engine/test_fast_engine.py`` compares them).
+    """
     if not len(trace):
         raise ValueError("the workload has no requests")
     memory = plan_memory(deployment)
@@ -68,7 +72,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
     feed_holder: list[ArrivalFeed] = []
     replicas = []
     for index in range(deployment.replicas):
-        scheduler = make_scheduler(engine, memory)
+        scheduler = make_scheduler(engine, memory, fast=fast_forward)
         scheduler.recorder = recorder
         replica = Replica(env, index, scheduler, cost_model, recorder, lambda: feed_holder[0].next_arrival(),
                           horizon, fast_forward)

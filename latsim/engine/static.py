@@ -6,10 +6,14 @@ member is done; nothing joins a running batch.  Finished members keep their slot
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 from latsim.engine.kvmanager import KVManager
 from latsim.engine.request import FINISHED, RUNNING, Req
 from latsim.engine.scheduler import SchedulerLimits, StepPlan
+
+if TYPE_CHECKING:
+    from latsim.engine.recorder import Recorder
 
 
 class StaticBatchScheduler:
@@ -29,17 +33,13 @@ class StaticBatchScheduler:
         self.running: list[Req] = []
         self.waiting: deque[Req] = deque()
         self.num_preemptions = 0
-        self.all_decoding = False
-        self.recorder = None
+        self.recorder: Recorder | None = None
 
     def add_request(self, req: Req) -> None:
         self.waiting.append(req)
 
     def has_work(self) -> bool:
         return bool(self.batch or self.waiting)
-
-    def head_admissible(self, budget: int) -> bool:
-        return False
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
@@ -85,6 +85,3 @@ class StaticBatchScheduler:
                 self.kv.free(req, preempted=False)
             self.batch = []
         return finished
-
-    def retire(self, finished: list[Req], now: float) -> None:  # pragma: no cover - no decode runs
-        raise NotImplementedError("static batching is stepped one step at a time")

@@ -1,0 +1,146 @@
+"""The fast engine (decode cohort, decode runs) gives exactly the reference engine's results.
+
+The reference is :class:`VllmScheduler` stepped one ``schedule``/``update`` at a time
+(``simulate(..., fast_forward=False)``); the fast engine is what ``simulate`` runs by default.
+Identical means: the same per-request records, the same ITL samples (hence the same summary,
+bootstrap included), engine steps, preemptions and peak KV use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from latsim.engine import schedulers
+from latsim.engine.cohort import DecodeCohort
+from latsim.engine.request import Req
+from latsim.engine.simulate import simulate
+from latsim.workload.generate import synthesize
+from latsim.workload.trace import RequestTrace
+from tests.engine.conftest import LinearCost, small_deployment
+
+
+def fast_and_reference(deployment, trace, cost=None):
+    cost = cost or LinearCost()
+    fast = simulate(deployment, trace, cost_model=cost, fast_forward=True)
+    ref = simulate(deployment, trace, cost_model=cost, fast_forward=False)
+    return fast, ref
+
+
+def assert_identical(fast, ref):
+    pd.testing.assert_frame_equal(fast.records, ref.records)
+    np.testing.assert_array_equal(fast.itl_values_s, ref.itl_values_s)
+    np.testing.assert_array_equal(fast.itl_weights, ref.itl_weights)
+    assert fast.summary == ref.summary  # engine_steps, preemptions, kv_peak_utilization included
+
+
+def random_trace(seed: int, n: int, qps: float, max_in: int, max_out: int, groups: int) -> RequestTrace:
+    """Poisson-ish arrivals (some rounded to make ties), uniform lengths, optional prefix groups."""
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1.0 / qps, n))
+    arrival = np.where(rng.random(n) < 0.3, np.round(arrival, 1), arrival)
+    inputs = rng.integers(1, max_in + 1, n)
+    outputs = rng.integers(1, max_out + 1, n)
+    if not groups:
+        return RequestTrace.from_arrays(arrival, inputs, outputs)
+    group = rng.integers(-1, groups, n)
+    prefix = rng.integers(0, max_in + 1, n)
+    return RequestTrace.from_arrays(arrival, inputs, outputs, prefix_group=group, prefix_tokens=prefix)
+
+
+engines = st.fixed_dictionaries({
+    "num_gpu_blocks": st.integers(40, 3000),
+    "max_num_seqs": st.integers(1, 96),
+    "max_num_batched_tokens": st.sampled_from([16, 64, 256, 1024, 8192]),
+    "enable_chunked_prefill": st.booleans(),
+    "enable_prefix_caching": st.booleans(),
+})
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**31), qps=st.floats(1.0, 300.0), max_in=st.integers(1, 700),
+       max_out=st.integers(1, 300), groups=st.integers(0, 4), engine=engines, replicas=st.integers(1, 3),
+       router=st.sampled_from(["round-robin", "least-outstanding"]))
+def test_fast_engine_equals_reference(seed, qps, max_in, max_out, groups, engine, replicas, router):
+    trace = random_trace(seed, 70, qps, max_in, max_out, groups)
+    dep = replace(small_deployment(**engine), replicas=replicas, router=router)
+    assert_identical(*fast_and_reference(dep, trace))
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31), threshold=st.integers(1, 300), blocks=st.integers(60, 1500),
+       budget=st.sampled_from([64, 512, 8192]))
+def test_fast_engine_equals_reference_with_a_long_prefill_threshold(seed, threshold, blocks, budget):
+    original = schedulers.limits_for
+    with_threshold = lambda e, m: replace(original(e, m), long_prefill_token_threshold=threshold)  # noqa: E731
+    trace = random_trace(seed, 60, 80.0, 600, 120, 2)
+    with mock.patch.object(schedulers, "limits_for", with_threshold):
+        fast, ref = fast_and_reference(small_deployment(blocks, max_num_batched_tokens=budget), trace)
+    assert_identical(fast, ref)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31), batch=st.integers(1, 40), blocks=st.integers(100, 3000))
+def test_static_engine_is_unchanged_by_fast_forward(seed, batch, blocks):
+    trace = random_trace(seed, 60, 50.0, 300, 100, 0)
+    dep = small_deployment(blocks, engine="static", static_batch_size=batch)
+    assert_identical(*fast_and_reference(dep, trace))
+
+
+def test_reference_workload_with_the_roofline_cost_model():
+    trace = synthesize(20.0, 1500, "poisson", "lognormal:median=600,sigma=0.8,min=16,max=8192",
+                       "lognormal:median=150,sigma=0.6,min=4,max=2048", np.random.default_rng(0))
+    dep = small_deployment()
+    fast = simulate(dep, trace, fast_forward=True)
+    ref = simulate(dep, trace, fast_forward=False)
+    assert_identical(fast, ref)
+    assert fast.summary["num_unfinished"] == 0 and fast.summary["num_completed"] >= 1490
+
+
+def test_kv_pressure_with_prefix_groups_preempts_and_still_matches():
+    trace = random_trace(7, 150, 60.0, 500, 250, 3)
+    fast, ref = fast_and_reference(small_deployment(num_gpu_blocks=120), trace)
+    assert ref.summary["preemptions"] > 0
+    assert ref.summary["cached_token_fraction"] > 0
+    assert_identical(fast, ref)
+
+
+def cohort_of(block_size: int, contexts: list[int], step: int) -> tuple[DecodeCohort, list[Req]]:
+    """Decoding requests (one token generated, ``c`` tokens computed) joined at ``step``."""
+    cohort = DecodeCohort(block_size)
+    cohort.step = step
+    reqs = []
+    for i, c in enumerate(contexts):
+        req = Req(i, 0.0, c, 1 + i)
+        req.num_computed, req.generated, req.seq = c, 1, i
+        cohort.join(req)
+        reqs.append(req)
+    return cohort, reqs
+
+
+@given(bs=st.sampled_from([1, 2, 16, 32]), contexts=st.lists(st.integers(1, 500), min_size=1, max_size=30),
+       step=st.integers(0, 100), n=st.integers(0, 200), free=st.integers(0, 300))
+def test_cohort_block_counts_match_counting_request_by_request(bs, contexts, step, n, free):
+    cohort, _ = cohort_of(bs, contexts, step)
+    taken = [sum(1 for c in contexts if (c + j) % bs == 0) for j in range(n)]  # blocks at each step
+    assert cohort.blocks_over(n) == sum(taken)
+    assert cohort.blocks_next() == sum(1 for c in contexts if c % bs == 0)
+    fits = max(m for m in range(n + 1) if sum(taken[:m]) <= free)
+    assert cohort.steps_within(n, free) == fits
+
+
+def test_cohort_finishes_members_in_order_and_writes_back_their_values():
+    cohort, (a, b, c) = cohort_of(16, [31, 40, 47], step=5)  # targets 1, 2, 3: 0, 1, 2 tokens to go
+    assert cohort.context() == 118 and cohort.steps_to_finish() == 0
+    assert cohort.pop_finished() == [a]
+    cohort.advance(1, end=1.5)
+    assert cohort.context() == 89 and cohort.pop_finished() == [b]
+    assert (b.num_computed, b.generated, b.num_blocks, b.last_token, b.base) == (41, 2, 3, 1.5, -1)
+    cohort.dissolve()
+    assert (c.num_computed, c.generated, c.num_blocks, c.last_token) == (48, 2, 3, 1.5)
+    assert cohort.size == 0 and cohort.context() == 0

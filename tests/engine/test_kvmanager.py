@@ -1,0 +1,47 @@
+"""KV blocks: what goes back to the free queue, in which order, and what a take would evict."""
+
+from __future__ import annotations
+
+from latsim.engine.kvcache import BlockPool
+from latsim.engine.kvmanager import KVManager
+from latsim.engine.request import Req
+
+
+def queue(pool: BlockPool) -> list:
+    """The free queue as (key, live) entries, dead ones dropped."""
+    return [(key, live) for key, live in pool._queue if live]
+
+
+def computed_request(kv: KVManager, prompt: int = 64, group: int = 0, prefix: int = 32) -> Req:
+    req = Req(7, 0.0, prompt, 10, group, prefix, kv.block_size)
+    assert kv.allocate(req, prompt)
+    req.num_computed = prompt
+    return req
+
+
+def test_a_finished_request_returns_its_tail_anonymously_then_its_prefix_last_block_first():
+    kv = KVManager(10, 16, 512, prefix_caching=True)
+    kv.free(computed_request(kv), preempted=False)
+    assert queue(kv.pool) == [(None, 8), (("g", 0, 1), 1), (("g", 0, 0), 1)]  # the tail merges
+
+
+def test_a_preempted_request_keeps_its_computed_blocks_findable():
+    kv = KVManager(10, 16, 512, prefix_caching=True)
+    kv.free(computed_request(kv), preempted=True)
+    assert queue(kv.pool) == [(None, 6), (("r", 7, 3), 1), (("r", 7, 2), 1), (("g", 0, 1), 1), (("g", 0, 0), 1)]
+
+
+def test_without_prefix_caching_everything_goes_back_as_one_run():
+    kv = KVManager(10, 16, 512, prefix_caching=False)
+    kv.free(computed_request(kv), preempted=True)
+    assert queue(kv.pool) == [(None, 10)]
+
+
+def test_evicts_key_looks_only_as_far_as_the_blocks_taken():
+    kv = KVManager(10, 16, 512, prefix_caching=True)
+    kv.free(computed_request(kv), preempted=False)
+    assert not kv.pool.evicts_key(8)
+    assert kv.pool.evicts_key(9)
+    kv.pool.touch(("g", 0, 0))
+    kv.pool.touch(("g", 0, 1))
+    assert not kv.pool.evicts_key(8)
