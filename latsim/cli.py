@@ -202,6 +202,27 @@ def devices() -> None:
     out.print(devices_table())
 
 
+@app.command()
+def calibrate(
+    device: Annotated[str, Opt(help="Catalog GPU name, or auto to detect")] = "auto",
+    quick: Annotated[bool, Opt("--quick", help="The quick grid (about 20 s on an H200)")] = False,
+    out: Annotated[Path | None, Opt(help="Output folder (default: the shipped profile of the device)")] = None,
+    resume: Annotated[bool, Opt("--resume/--restart", help="Skip points already measured in --out")] = True,
+    fit_only: Annotated[bool, Opt("--fit-only", help="Re-fit the regressors from existing tables")] = False,
+    profile: Annotated[Path | None, Opt(help="Profile folder for --fit-only")] = None,
+    backend: Annotated[str, Opt(help="cuda | cpu (a tiny test run on the CPU)")] = "cuda",
+) -> None:
+    """Microbenchmark the GPU's operators and fit the calibrated cost model."""
+    from latsim.calibration.cli import calibrate_command
+
+    calibrate_command(device=device, quick=quick, out=out, resume=resume, fit_only=fit_only, backend=backend,
+                      profile=profile, console=out_console())
+
+
+def out_console() -> Console:
+    return out
+
+
 def main() -> None:
     """Console entry point: run the app, turning user errors into one line and exit status 2."""
     try:

@@ -22,22 +22,43 @@ def _build_roofline(model: ModelSpec, device: DeviceSpec, tp: int, weight_dtype:
     return RooflineCostModel(model, device, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
 
 
+def _build_calibrated(model: ModelSpec, device: DeviceSpec, tp: int, weight_dtype: str,
+                      kv_dtype: str) -> CostModel:
+    from latsim.costmodel.calibrated import load_calibrated
+
+    return load_calibrated(model, device, tp, weight_dtype, kv_dtype, kind="calibrated")
+
+
+def _build_transferred(model: ModelSpec, device: DeviceSpec, tp: int, weight_dtype: str,
+                       kv_dtype: str) -> CostModel:
+    from latsim.costmodel.calibrated import load_calibrated
+
+    return load_calibrated(model, device, tp, weight_dtype, kv_dtype, kind="transferred")
+
+
 BUILDERS: dict[str, Builder] = {
     "roofline": _build_roofline,
-    # HOOK: "calibrated": a builder that loads calibration/<device>/ profiles and fits the
-    # per-operator regressors (latsim.calibration); register it here when it exists.
+    "calibrated": _build_calibrated,
+    "transferred": _build_transferred,
 }
 
 
 def _calibrated_builder(device: DeviceSpec) -> Builder | None:
-    """HOOK: the builder of a calibrated model for ``device``, or None when none is shipped.
+    """The calibrated builder when a fitted profile ships for ``device`` (or an alias), else None."""
+    from latsim.calibration.profile import has_profile
 
-    To do when latsim.calibration lands: look up a profile for ``device.name`` (and its
-    aliases) and return ``BUILDERS["calibrated"]`` when one exists.  Until then every device
-    falls back to the roofline.
-    """
-    del device
-    return None
+    return BUILDERS["calibrated"] if has_profile(device.name, device.aliases) else None
+
+
+def calibration_status(device_name: str) -> str:
+    """``calibrated (<date>, <grid> grid)`` when a fitted profile ships for the device, else ``roofline``."""
+    from latsim.calibration.profile import has_profile, read_profile
+
+    folder = has_profile(device_name)
+    if folder is None:
+        return "roofline"
+    prof = read_profile(folder)
+    return f"calibrated ({str(prof['date_utc'])[:10]}, {prof['grid']} grid)"
 
 
 def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",

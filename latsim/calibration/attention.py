@@ -1,0 +1,216 @@
+"""Attention kernels: prefill chunks over a cached context, and decode over a batch.
+
+Implementation, first that works (probed once per run on a small case and checked against a
+float32 reference with the bottom-right causal mask vLLM uses for chunked prefill):
+
+1. ``vllm``: vLLM's FlashAttention varlen kernel (``vllm.vllm_flash_attn``), when vLLM imports;
+2. ``flash-varlen``: PyTorch's bundled FlashAttention-2 varlen op
+   (``torch.ops.aten._flash_attention_forward``), packed sequences, native GQA;
+3. ``sdpa``: ``scaled_dot_product_attention`` with KV heads repeated to the query heads and,
+   for decode, a padded batch with a key mask (the CPU backend always uses this).
+
+Decode with the ``uniform`` mix and no vLLM uses ``flash-padded``: the same op on a
+``batch x length x heads`` batch (no ``cu_seqlens``), whose decode path packs the query heads
+of a GQA group together and splits long contexts, as vLLM's kernels do; the varlen op re-reads
+K and V once per query head and overprices decode by up to the group size.  The cost model
+prices decode from the uniform rows (a paged kernel's cost follows total KV, not its spread);
+``skewed`` rows (varlen) are kept for reference.
+
+KV is contiguous per sequence, not paged; the kernel reads the same bytes.  Every row records
+the implementation that produced it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from latsim.calibration.context import BenchContext
+from latsim.calibration.timing import rotation_sets
+
+MIXES = ("uniform", "skewed")
+
+
+def prefill_pairs(q: int, ctx: int) -> float:
+    return q * ctx + q * (q + 1) / 2
+
+
+def decode_lengths(batch: int, ctx: int, mix: str) -> list[int]:
+    """Context lengths of a decode batch averaging ``ctx``: equal, or exponential (seeded)."""
+    if mix not in MIXES:
+        raise ValueError(f"decode mix={mix!r}; accepted: {', '.join(MIXES)}")
+    if mix == "uniform" or batch == 1:
+        return [ctx] * batch
+    w = np.random.default_rng(batch * 7919 + ctx).exponential(1.0, batch)
+    return [max(1, round(ctx * x)) for x in w / w.mean()]
+
+
+def work(hq: int, hkv: int, d: int, q_rows: int, pairs: float, kv_tokens: int) -> tuple[float, float]:
+    """(FLOPs, minimum bytes): QK and PV products; Q in, O out, K and V read once (bf16)."""
+    return 4.0 * d * hq * pairs, 4.0 * d * (q_rows * hq + kv_tokens * hkv)
+
+
+def run(ctx: BenchContext, p: dict[str, Any]) -> dict[str, Any]:
+    """Time one point ``{phase: prefill, q, ctx, hq, hkv, d}`` or ``{phase: decode, batch, ctx, mix, ...}``."""
+    hq, hkv, d = int(p["hq"]), int(p["hkv"]), int(p["d"])
+    if p["phase"] == "prefill":
+        q_lens, k_lens = [int(p["q"])], [int(p["q"]) + int(p["ctx"])]
+        pairs = prefill_pairs(int(p["q"]), int(p["ctx"]))
+    elif p["phase"] == "decode":
+        k_lens = decode_lengths(int(p["batch"]), int(p["ctx"]), str(p["mix"]))
+        q_lens, pairs = [1] * len(k_lens), float(sum(k_lens))
+    else:
+        raise ValueError(f"attention phase={p['phase']!r}; accepted: prefill, decode")
+    impl = _backend(ctx)
+    if impl == "flash-varlen" and p["phase"] == "decode" and p["mix"] == "uniform" and _padded_backend(ctx):
+        impl = "flash-padded"
+    fn = _build(ctx, impl, q_lens, k_lens, hq, hkv, d, causal=p["phase"] == "prefill")
+    t = ctx.timer.time(fn)
+    if impl == "vllm":
+        impl = "vllm-fa3" if ctx.probes.get("attention_fa3", True) else "vllm-fa2"
+    flops, nbytes = work(hq, hkv, d, sum(q_lens), pairs, sum(k_lens))
+    return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps, "impl": impl,
+            "flops": flops, "bytes": nbytes, "kv_tokens": sum(k_lens), "max_kv": max(k_lens)}
+
+
+def _build(ctx: BenchContext, impl: str, q_lens: list[int], k_lens: list[int], hq: int, hkv: int, d: int,
+           causal: bool) -> Any:
+    nbytes = 4.0 * d * (sum(q_lens) * hq + sum(k_lens) * hkv)
+    sets = rotation_sets(nbytes, ctx.l2_bytes, max_sets=16)
+    if impl == "sdpa":
+        inputs = [_padded(ctx, q_lens, k_lens, hq, hkv, d) for _ in range(sets)]
+        return lambda i: _sdpa(ctx, inputs[i % sets])
+    if impl == "flash-padded":
+        batched = [_batched(ctx, len(k_lens), k_lens[0], hq, hkv, d) for _ in range(sets)]
+        return lambda i: _flash_padded(ctx, batched[i % sets])
+    packed = [_packed(ctx, q_lens, k_lens, hq, hkv, d) for _ in range(sets)]
+    meta = _cu(ctx, q_lens), _cu(ctx, k_lens), max(q_lens), max(k_lens)
+    call = _flash_vllm if impl == "vllm" else _flash_torch
+    return lambda i: call(ctx, packed[i % sets], meta, causal)
+
+
+def _cu(ctx: BenchContext, lens: list[int]) -> Any:
+    return ctx.torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=ctx.torch.int32, device=ctx.device)
+
+
+def _packed(ctx: BenchContext, q_lens: list[int], k_lens: list[int], hq: int, hkv: int, d: int) -> tuple[Any, ...]:
+    return ctx.randn(sum(q_lens), hq, d), ctx.randn(sum(k_lens), hkv, d), ctx.randn(sum(k_lens), hkv, d)
+
+
+def _flash_torch(ctx: BenchContext, qkv: tuple[Any, ...], meta: tuple[Any, ...], causal: bool) -> Any:
+    """PyTorch's FlashAttention-2 varlen op on packed ``(q, k, v)``; ``meta`` = cu_q, cu_k, max_q, max_k."""
+    q, k, v = qkv
+    cu_q, cu_k, max_q, max_k = meta
+    return ctx.torch.ops.aten._flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, causal, False)[0]
+
+
+def _flash_vllm(ctx: BenchContext, qkv: tuple[Any, ...], meta: tuple[Any, ...], causal: bool) -> Any:
+    """vLLM's FlashAttention varlen kernel (FA3 on Hopper when the build has it)."""
+    from vllm.vllm_flash_attn import flash_attn_varlen_func
+
+    q, k, v = qkv
+    cu_q, cu_k, max_q, max_k = meta
+    kwargs = {"fa_version": 3} if ctx.probes.get("attention_fa3", True) else {}
+    try:
+        return flash_attn_varlen_func(q, k, v, max_seqlen_q=max_q, cu_seqlens_q=cu_q, max_seqlen_k=max_k,
+                                      cu_seqlens_k=cu_k, causal=causal, **kwargs)
+    except (TypeError, RuntimeError):
+        if not kwargs:
+            raise
+        ctx.probes["attention_fa3"] = False
+        return _flash_vllm(ctx, qkv, meta, causal)
+
+
+def _padded(ctx: BenchContext, q_lens: list[int], k_lens: list[int], hq: int, hkv: int, d: int) -> tuple[Any, ...]:
+    """(q, k, v, mask) for SDPA: batch x heads x len x d, KV heads repeated, bottom-right mask."""
+    torch, b, lq, lk = ctx.torch, len(q_lens), max(q_lens), max(k_lens)
+    q = ctx.randn(b, hq, lq, d)
+    k = ctx.randn(b, hkv, lk, d).repeat_interleave(hq // hkv, dim=1)
+    v = ctx.randn(b, hkv, lk, d).repeat_interleave(hq // hkv, dim=1)
+    qi = torch.arange(lq, device=ctx.device).view(1, lq, 1)
+    kj = torch.arange(lk, device=ctx.device).view(1, 1, lk)
+    lens = torch.tensor(k_lens, device=ctx.device).view(b, 1, 1)
+    qlen = torch.tensor(q_lens, device=ctx.device).view(b, 1, 1)
+    mask = (kj < lens) & (kj <= qi + (lens - qlen))
+    return q, k, v, mask.unsqueeze(1)
+
+
+def _batched(ctx: BenchContext, batch: int, length: int, hq: int, hkv: int, d: int) -> tuple[Any, ...]:
+    return ctx.randn(batch, 1, hq, d), ctx.randn(batch, length, hkv, d), ctx.randn(batch, length, hkv, d)
+
+
+def _flash_padded(ctx: BenchContext, qkv: tuple[Any, ...]) -> Any:
+    """Non-varlen FlashAttention-2 decode: q ``B x 1 x Hq x d``, k/v ``B x L x Hkv x d``."""
+    q, k, v = qkv
+    return ctx.torch.ops.aten._flash_attention_forward(q, k, v, None, None, 1, k.shape[1], 0.0, False, False)[0]
+
+
+def _padded_backend(ctx: BenchContext) -> bool:
+    """Whether ``flash-padded`` matches the float32 reference here (probed once)."""
+    if "attention_padded" not in ctx.probes:
+        ctx.probes["attention_padded"] = _padded_matches(ctx)
+    ok: bool = ctx.probes["attention_padded"]
+    return ok
+
+
+def _padded_matches(ctx: BenchContext) -> bool:
+    try:
+        b, length, hq, hkv, d = 3, 40, 8, 2, 64
+        q, k, v = _batched(ctx, b, length, hq, hkv, d)
+        out = _flash_padded(ctx, (q, k, v)).float().reshape(b, hq, d)
+        ref = _reference(ctx.torch, q.float().reshape(b, hq, d), k.float().reshape(b * length, hkv, d),
+                         v.float().reshape(b * length, hkv, d), [1] * b, [length] * b, hq // hkv)
+        return bool(((out - ref).norm() / ref.norm()) < 2e-2)
+    except Exception:
+        return False
+
+
+def _sdpa(ctx: BenchContext, inputs: tuple[Any, ...]) -> Any:
+    """SDPA on padded ``(q, k, v, mask)``; the mask carries causality and padding."""
+    q, k, v, mask = inputs
+    return ctx.torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _backend(ctx: BenchContext) -> str:
+    if "attention" not in ctx.probes:
+        ctx.probes["attention"] = _probe(ctx)
+    impl: str = ctx.probes["attention"]
+    return impl
+
+
+def _probe(ctx: BenchContext) -> str:
+    """The first implementation that matches the float32 reference on a small GQA chunk."""
+    if not ctx.is_cuda:
+        return "sdpa"
+    for impl in ("vllm", "flash-varlen"):
+        try:
+            if _matches_reference(ctx, impl):
+                return impl
+        except Exception:
+            continue
+    return "sdpa"
+
+
+def _matches_reference(ctx: BenchContext, impl: str) -> bool:
+    torch, hq, hkv, d, q_lens, k_lens = ctx.torch, 4, 2, 64, [3, 5], [8, 5]
+    q, k, v = _packed(ctx, q_lens, k_lens, hq, hkv, d)
+    call = _flash_vllm if impl == "vllm" else _flash_torch
+    out = call(ctx, (q, k, v), (_cu(ctx, q_lens), _cu(ctx, k_lens), max(q_lens), max(k_lens)), True).float()
+    ref = _reference(torch, q.float(), k.float(), v.float(), q_lens, k_lens, hq // hkv)
+    err = float((out - ref).norm() / ref.norm())
+    return bool(err < 2e-2)
+
+
+def _reference(torch: Any, q: Any, k: Any, v: Any, q_lens: list[int], k_lens: list[int], rep: int) -> Any:
+    outs, qo, ko = [], 0, 0
+    for lq, lk in zip(q_lens, k_lens, strict=True):
+        qs = q[qo:qo + lq].transpose(0, 1)
+        ks = k[ko:ko + lk].repeat_interleave(rep, dim=1).transpose(0, 1)
+        vs = v[ko:ko + lk].repeat_interleave(rep, dim=1).transpose(0, 1)
+        s = qs @ ks.transpose(1, 2) / qs.shape[-1] ** 0.5
+        allowed = torch.arange(lk, device=q.device)[None, :] <= torch.arange(lq, device=q.device)[:, None] + lk - lq
+        s = s.masked_fill(~allowed, float("-inf"))
+        outs.append((s.softmax(-1) @ vs).transpose(0, 1))
+        qo, ko = qo + lq, ko + lk
+    return torch.cat(outs)

@@ -1,0 +1,121 @@
+"""``latsim calibrate``: measure a GPU's operator costs, then fit the calibrated cost model.
+
+User errors (no CUDA GPU, a GPU that is not ``--device``, an unusable profile) raise
+ValueError with a one-line message; ``latsim.cli.main`` turns that into exit status 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from latsim.calibration.device_info import name_matches
+from latsim.calibration.profile import read_profile, shipped_profile_dir
+from latsim.catalog.devices import DeviceSpec
+
+NO_GPU = "no CUDA GPU found; use --backend cpu for a test run"
+
+
+def detect_device(gpu_name: str) -> DeviceSpec:
+    """The catalog device whose name (or alias) matches ``gpu_name`` with the most words."""
+    from latsim.catalog import list_devices
+
+    scored = []
+    for d in list_devices():
+        for n in (d.name, *d.aliases):
+            if name_matches(gpu_name, n):
+                scored.append((len(n.replace("-", " ").split()), d))
+    if not scored:
+        raise ValueError(f"GPU {gpu_name!r} matches no catalog device; pass --device NAME (see `latsim devices`)")
+    return max(scored, key=lambda s: s[0])[1]
+
+
+def _gpu_name(backend: str) -> str:
+    if backend == "cpu":
+        return "cpu"
+    from latsim.calibration.context import import_torch
+
+    torch = import_torch()
+    if not torch.cuda.is_available():
+        raise ValueError(NO_GPU)
+    return str(torch.cuda.get_device_properties(0).name)
+
+
+def resolve_device(device: str, backend: str) -> DeviceSpec | None:
+    """The catalog device to calibrate (None for the CPU backend); ValueError on a mismatch."""
+    from latsim.catalog import load_device
+
+    found = _gpu_name(backend)
+    if backend == "cpu":
+        return None
+    if device == "auto":
+        return detect_device(found)
+    spec = load_device(device)
+    if not name_matches(found, spec.name, spec.aliases):
+        raise ValueError(f"--device {device} was asked for, but this machine's GPU is {found!r}")
+    return spec
+
+
+def calibrate_command(device: str = "auto", quick: bool = False, out: Path | None = None, resume: bool = True,
+                      fit_only: bool = False, backend: str = "cuda", profile: Path | None = None,
+                      console: Console | None = None) -> dict[str, Any]:
+    """Run (or with ``fit_only`` re-fit) a calibration; returns the fit report (or the profile for cpu)."""
+    console = console or Console()
+    if fit_only:
+        return _fit(profile or out, device, console)
+    spec = resolve_device(device, backend)
+    name = spec.name if spec is not None else "cpu"
+    folder = out or (shipped_profile_dir(name) if spec is not None else None)
+    if folder is None:
+        raise ValueError("--backend cpu needs --out DIR (CPU timings must not replace a GPU profile)")
+    prof = _measure(folder, spec, backend, quick, resume, console)
+    if spec is None:
+        console.print("CPU test run: tables written; fitting needs a catalog GPU profile (skipped)")
+        return prof
+    return _fit(folder, spec.name, console)
+
+
+def _measure(folder: Path, spec: DeviceSpec | None, backend: str, quick: bool, resume: bool,
+             console: Console) -> dict[str, Any]:
+    from latsim.calibration.progress import RunDisplay, timing_table
+    from latsim.calibration.runner import RunRequest, run_calibration
+
+    grid = "tiny" if backend == "cpu" else ("quick" if quick else "full")
+    req = RunRequest(out=folder, device=spec.name if spec else "cpu", grid=grid, backend=backend,
+                     aliases=spec.aliases if spec else (), resume=resume)
+    display = RunDisplay(console)
+    try:
+        prof = run_calibration(req, on_point=display.on_point, on_start=display.on_start)
+    finally:
+        display.close()
+    console.print(timing_table(prof, f"{grid} grid on {prof['gpu_name']} -> {folder}"))
+    return prof
+
+
+def _fit(folder: Path | None, device: str, console: Console) -> dict[str, Any]:
+    from latsim.calibration.fit import fit_profile
+    from latsim.catalog import load_device
+
+    if folder is None:
+        if device == "auto":
+            raise ValueError("--fit-only needs --profile DIR (or --device NAME for the shipped profile)")
+        folder = shipped_profile_dir(load_device(device).name)
+    prof = read_profile(folder)
+    spec = detect_device(str(prof["gpu_name"])) if device == "auto" else load_device(device)
+    report = fit_profile(folder, spec)
+    console.print(fit_table(report, f"held-out error, {spec.name} profile {folder}"))
+    return report
+
+
+def fit_table(report: dict[str, Any], title: str) -> Table:
+    """Per family: train/test rows and held-out MAPE, median and p90 APE (percent)."""
+    table = Table(title=title)
+    for col in ("family", "train", "test", "MAPE %", "median APE %", "p90 APE %"):
+        table.add_column(col, justify="left" if col == "family" else "right")
+    for fam, rep in report["families"].items():
+        cells = [f"{rep[k]:.1f}" if isinstance(rep.get(k), float) else "-" for k in ("mape", "median_ape", "p90_ape")]
+        table.add_row(fam, str(rep.get("n_train", "-")), str(rep.get("n_test", "-")), *cells)
+    return table

@@ -1,0 +1,150 @@
+"""Fit one regressor per operator family from a profile's tables, and report held-out error.
+
+Each family's xgboost model predicts ``log(measured / roofline)`` from the features of
+:mod:`latsim.calibration.features` and is saved as ``model_<family>.json`` (xgboost's JSON
+format, never pickle).  Held-out error holds out *whole shapes* (:data:`GROUP_KEYS`: a GEMM's
+``K x N``, an attention head configuration, a memory op at one width, an MoE layer shape):
+about a fifth of the groups, seeded, are left out of a first fit and scored; the saved model
+is then refitted on every row.  ``fit_report.json`` holds MAPE, median and p90 absolute
+percentage error of the *time* per family, the train/test sizes and which shapes were held out.
+Overheads and all-reduce tables are fitted by :mod:`latsim.calibration.fit_fixed`.
+
+Timer floor.  A pair of CUDA events around one kernel reads a few microseconds even for an
+empty kernel; inside vLLM's CUDA graphs a tiny kernel costs about one.  The graph benchmark
+measures that floor with the same timer (``graph_base_s``: replay of a graph, intercept over
+kernel counts), so every operator time is fitted as ``max(median - floor, median / 2)`` and the
+cost model adds the per-kernel graph cost separately.  ``fit_report.json`` records the floor.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from latsim.atomic import atomic_write_text
+from latsim.calibration import features, fit_fixed
+from latsim.calibration.profile import available_families, check_device, load_table, read_profile
+from latsim.catalog.devices import DeviceSpec
+
+GROUP_KEYS = {
+    "gemm": ("K", "N"), "attn_prefill": ("hq", "hkv", "d"), "attn_decode": ("hq", "hkv", "d"),
+    "memory": ("op", "width"), "moe": ("experts", "top_k", "hidden", "inter"),
+}
+HOLDOUT_FRACTION = 0.2
+XGB_PARAMS: dict[str, Any] = {"n_estimators": 400, "max_depth": 6, "learning_rate": 0.05, "subsample": 0.9,
+                              "min_child_weight": 1.0, "tree_method": "hist", "n_jobs": 2}
+MIN_ROWS = 4
+
+
+def model_path(folder: Path, family: str) -> Path:
+    return folder / f"model_{family}.json"
+
+
+def fit_frames(folder: Path) -> dict[str, pd.DataFrame]:
+    """The ``ok`` rows of each fit family (attention split into prefill and decode)."""
+    have = available_families(folder)
+    out: dict[str, pd.DataFrame] = {}
+    if "gemm" in have:
+        g = load_table(folder, "gemm")
+        out["gemm"] = g.assign(fp8=(g["dtype"] == "fp8").astype(np.float64))
+    if "attention" in have:
+        a = load_table(folder, "attention")
+        out["attn_prefill"] = a[a["phase"] == "prefill"].reset_index(drop=True)
+        d = a[a["phase"] == "decode"].reset_index(drop=True)
+        out["attn_decode"] = d.assign(ctx=d["kv_tokens"] / d["batch"], skewed=(d["mix"] == "skewed").astype(np.float64))
+    for fam in ("memory", "moe"):
+        if fam in have:
+            out[fam] = load_table(folder, fam)
+    return {k: v for k, v in out.items() if len(v) >= MIN_ROWS}
+
+
+def family_peak(family: str, cols: Any, device: DeviceSpec) -> Any:
+    """Peak FLOP/s per row: fp8 or bf16 tensor cores, fp32 vector units for memory ops."""
+    if family == "gemm":
+        return np.where(np.asarray(cols["fp8"], dtype=float) > 0, device.flops_for("fp8"), device.flops_for("bf16"))
+    return device.flops_for("fp32" if family == "memory" else "bf16")
+
+
+def family_roofline(family: str, cols: Any, device: DeviceSpec) -> np.ndarray:
+    flops, nbytes = (np.asarray(cols[c], dtype=np.float64) for c in ("flops", "bytes"))
+    return features.roofline_s(flops, nbytes, family_peak(family, cols, device), device.hbm_bandwidth)
+
+
+def _xy(family: str, df: pd.DataFrame, device: DeviceSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    roof = family_roofline(family, df, device)
+    x = features.matrix(family, df, roof)
+    return x, np.log(df["median_s"].to_numpy(np.float64) / roof), roof
+
+
+def _regressor(seed: int) -> Any:
+    import xgboost as xgb
+
+    return xgb.XGBRegressor(**XGB_PARAMS, random_state=seed)
+
+
+def _groups(family: str, df: pd.DataFrame) -> np.ndarray:
+    keys = GROUP_KEYS[family]
+    return np.asarray(["/".join(str(df[k].iloc[i]) for k in keys) for i in range(len(df))])
+
+
+def _split(groups: np.ndarray, seed: int) -> tuple[np.ndarray, list[str]]:
+    """Boolean test mask holding out whole groups (rows when there are fewer than 3 groups)."""
+    rng = np.random.default_rng(seed)
+    uniq = sorted(set(groups.tolist()))
+    if len(uniq) >= 3:
+        held = sorted(rng.choice(uniq, size=max(1, round(HOLDOUT_FRACTION * len(uniq))), replace=False).tolist())
+        return np.isin(groups, held), held
+    return rng.random(len(groups)) < HOLDOUT_FRACTION, []
+
+
+def ape_stats(pred_s: np.ndarray, true_s: np.ndarray) -> dict[str, float]:
+    """MAPE, median and p90 absolute percentage error (percent)."""
+    ape = 100.0 * np.abs(pred_s - true_s) / true_s
+    return {"mape": float(ape.mean()), "median_ape": float(np.median(ape)), "p90_ape": float(np.percentile(ape, 90))}
+
+
+def fit_family(family: str, df: pd.DataFrame, device: DeviceSpec, seed: int = 0) -> tuple[Any, dict[str, Any]]:
+    """(model fitted on all rows, held-out report) for one family."""
+    x, y, roof = _xy(family, df, device)
+    test, held = _split(_groups(family, df), seed)
+    report: dict[str, Any] = {"n_train": int((~test).sum()), "n_test": int(test.sum()), "held_out_shapes": held,
+                              "group_by": list(GROUP_KEYS[family])}
+    if test.any() and (~test).sum() >= MIN_ROWS:
+        probe = _regressor(seed).fit(x[~test], y[~test])
+        pred = roof[test] * np.exp(probe.predict(x[test]).astype(np.float64))
+        report.update(ape_stats(pred, df["median_s"].to_numpy(np.float64)[test]))
+    model = _regressor(seed).fit(x, y)
+    fit_pred = roof * np.exp(model.predict(x).astype(np.float64))
+    report["train_fit"] = ape_stats(fit_pred, df["median_s"].to_numpy(np.float64))
+    return model, report
+
+
+def without_floor(df: pd.DataFrame, floor_s: float) -> pd.DataFrame:
+    """``median_s`` less the timer floor, never below half the measurement (see the module note)."""
+    med = df["median_s"].to_numpy(np.float64)
+    return df.assign(median_s=np.maximum(med - floor_s, 0.5 * med))
+
+
+def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed: int = 0) -> dict[str, Any]:
+    """Fit every family found in ``folder``; write models and ``fit_report.json`` to ``out`` (default: ``folder``)."""
+    import xgboost as xgb
+
+    profile = read_profile(folder)
+    check_device(profile, folder, device.name, device.aliases)
+    out = out or folder
+    fixed = fit_fixed.fit_fixed(folder, out)
+    floor = float(fixed.get("overhead", {}).get("graph_base_s", 0.0))
+    report: dict[str, Any] = {"profile": {k: profile.get(k) for k in ("gpu_name", "date_utc", "grid", "grid_hash")},
+                              "device": device.name, "xgboost": xgb.__version__, "timer_floor_s": floor,
+                              "families": {}}
+    for family, df in fit_frames(folder).items():
+        model, rep = fit_family(family, without_floor(df, floor), device, seed)
+        model.get_booster().save_model(str(model_path(out, family)))
+        report["families"][family] = rep
+    report["families"].update(fixed)
+    atomic_write_text(out / "fit_report.json", json.dumps(report, indent=1) + "\n")
+    return report

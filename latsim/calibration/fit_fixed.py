@@ -1,0 +1,85 @@
+"""Fixed costs from a profile: kernel-launch and CUDA-graph overheads, all-reduce tables.
+
+``overheads.json``: ``graph_base_s`` and ``graph_per_kernel_s`` from a least-squares line
+through graph replay time vs kernels in the graph; ``eager_per_launch_s`` likewise from eager
+launch sequences (host wall time).  ``allreduce.json``: per world size, message bytes and
+median seconds, sorted; the cost model interpolates it in log-log.  Held-out error of the
+all-reduce table: each interior size predicted from its neighbours (leave-one-out).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from latsim.atomic import atomic_write_text
+from latsim.calibration.profile import available_families, load_table, read_profile
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(intercept, slope) of least squares, both clipped at zero."""
+    if len(x) < 2:
+        return max(float(y[0]), 0.0) if len(y) else 0.0, 0.0
+    slope, icpt = np.polyfit(x, y, 1)
+    return max(float(icpt), 0.0), max(float(slope), 0.0)
+
+
+def fit_overheads(folder: Path) -> dict[str, Any] | None:
+    if "overhead" not in available_families(folder):
+        return None
+    df = load_table(folder, "overhead")
+    out: dict[str, Any] = {"source": str(folder.name), "date_utc": read_profile(folder)["date_utc"]}
+    for mode, col in (("eager", "host_s"), ("graph", "median_s")):
+        rows = df[df["mode"] == mode]
+        base, per = _line(rows["kernels"].to_numpy(float), rows[col].to_numpy(float))
+        out[f"{mode}_base_s"], out[f"{mode}_per_kernel_s"] = base, per
+        out[f"{mode}_points"] = len(rows)
+    return out
+
+
+def fit_allreduce(folder: Path) -> dict[str, Any] | None:
+    if "comm" not in available_families(folder):
+        return None
+    df = load_table(folder, "comm")
+    if df.empty:
+        return None
+    worlds = {}
+    for world, rows in df.groupby("world"):
+        rows = rows.sort_values("bytes")
+        worlds[f"{world}"] = {"bytes": rows["bytes"].astype(float).tolist(),
+                                   "seconds": rows["median_s"].astype(float).tolist()}
+    return {"worlds": worlds}
+
+
+def _loo_error(table: dict[str, Any]) -> dict[str, float]:
+    apes = []
+    for t in table["worlds"].values():
+        lb, ls = np.log(t["bytes"]), np.log(t["seconds"])
+        for i in range(1, len(lb) - 1):
+            keep = np.arange(len(lb)) != i
+            pred = np.exp(np.interp(lb[i], lb[keep], ls[keep]))
+            apes.append(100.0 * abs(pred - t["seconds"][i]) / t["seconds"][i])
+    if not apes:
+        return {}
+    arr = np.asarray(apes)
+    out: dict[str, Any] = {"mape": float(arr.mean()), "median_ape": float(np.median(arr)),
+                           "p90_ape": float(np.percentile(arr, 90)),
+            "n_test": len(arr), "held_out_shapes": ["each interior message size (leave-one-out)"]}
+    return out
+
+
+def fit_fixed(folder: Path, out: Path) -> dict[str, Any]:
+    """Write ``overheads.json`` / ``allreduce.json`` where the profile has the data; report entries."""
+    report: dict[str, Any] = {}
+    over = fit_overheads(folder)
+    if over is not None:
+        atomic_write_text(out / "overheads.json", json.dumps(over, indent=1) + "\n")
+        report["overhead"] = {k: v for k, v in over.items() if k.endswith("_s") or k.endswith("_points")}
+    ar = fit_allreduce(folder)
+    if ar is not None:
+        atomic_write_text(out / "allreduce.json", json.dumps(ar, indent=1) + "\n")
+        report["allreduce"] = _loo_error(ar)
+    return report

@@ -1,0 +1,208 @@
+"""The calibration grids, as data: which points each benchmark family measures.
+
+A :class:`GridSpec` lists per-family axes; :func:`points` expands it against the shipped shape
+table (:mod:`latsim.calibration.shapes`) into :class:`Point` records in run order (GEMMs by
+shape then M, so weights are allocated once per shape).  A point's ``id`` is a stable string of
+its family and parameters; the runner's resume logic and the tables key on it.  ``grid_hash``
+fingerprints the expanded point list (recorded in ``profile.json``).
+
+Budgets (one H200): ``full`` <= 6 minutes, ``quick`` <= 1.5 minutes of benchmark time;
+:func:`estimate_seconds` is the planning estimate the tests hold the grids to.  ``tiny`` is for
+the CPU backend (tests, CI).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+FAMILIES = ("overhead", "memory", "attention", "moe", "gemm", "comm")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement: ``family`` and its parameters; ``id`` is unique within a grid."""
+
+    id: str
+    family: str
+    params: tuple[tuple[str, Any], ...]
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.params)
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """Axes of every family.  ``*_stride`` keeps every n-th shape of the shape table (0: none).
+
+    GEMM shapes are ordered by weight size; shape ``i`` of that order is measured when
+    ``i % gemm_stride == 0`` and also in fp8 when ``i % gemm_fp8_stride == 0``, so a grid whose
+    strides are multiples of another's measures a subset of its points.
+    """
+
+    name: str
+    gemm_m: tuple[int, ...]
+    gemm_stride: int
+    gemm_fp8_stride: int
+    prefill_configs: int
+    prefill_q: tuple[int, ...]
+    prefill_ctx: tuple[int, ...]
+    max_prefill_pairs: float
+    decode_configs: int
+    decode_batch: tuple[int, ...]
+    decode_ctx: tuple[int, ...]
+    decode_mix: tuple[str, ...]
+    max_decode_kv: int
+    memory_tokens: tuple[int, ...]
+    memory_widths: tuple[tuple[str, tuple[int, ...]], ...]
+    moe_stride: int
+    moe_tokens: tuple[int, ...]
+    overhead_kernels: tuple[int, ...]
+    comm_world: tuple[int, ...]
+    comm_bytes: tuple[int, ...]
+
+
+def _pow2(lo: int, hi: int, step: int = 1) -> tuple[int, ...]:
+    return tuple(2**e for e in range(lo, hi + 1, step))
+
+
+FULL = GridSpec(
+    name="full", gemm_m=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+                         4096, 6144, 8192, 12288, 16384),
+    gemm_stride=1, gemm_fp8_stride=2,
+    prefill_configs=12, prefill_q=(16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+    prefill_ctx=(0, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536), max_prefill_pairs=2.0**29,
+    decode_configs=20, decode_batch=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+    decode_ctx=(64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072),
+    decode_mix=("uniform", "skewed"), max_decode_kv=2**21,
+    memory_tokens=(1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768),
+    memory_widths=(("rmsnorm", (2048, 3072, 4096, 5120, 8192, 16384)), ("rotary", (768, 1536, 3072, 6144, 12288)),
+                   ("silu_mul", (768, 1536, 3584, 7168, 14336, 28672)), ("copy", (1024, 4096, 16384, 65536))),
+    moe_stride=1, moe_tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+    overhead_kernels=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), comm_world=(2, 4, 8), comm_bytes=_pow2(12, 28, 1),
+)
+
+QUICK = GridSpec(
+    name="quick", gemm_m=(1, 8, 32, 128, 512, 2048, 8192, 16384), gemm_stride=3, gemm_fp8_stride=6,
+    prefill_configs=4, prefill_q=(64, 256, 1024, 4096, 8192), prefill_ctx=(0, 2048, 16384),
+    max_prefill_pairs=2.0**27, decode_configs=8, decode_batch=(1, 8, 32, 128, 512),
+    decode_ctx=(256, 1024, 4096, 16384), decode_mix=("uniform", "skewed"), max_decode_kv=2**20,
+    memory_tokens=(1, 128, 4096, 16384),
+    memory_widths=(("rmsnorm", (4096, 8192)), ("rotary", (6144,)), ("silu_mul", (14336,)), ("copy", (16384,))),
+    moe_stride=2, moe_tokens=(1, 16, 128, 1024, 8192),
+    overhead_kernels=(1, 8, 32, 128, 512), comm_world=(2,), comm_bytes=_pow2(12, 28, 4),
+)
+
+TINY = GridSpec(
+    name="tiny", gemm_m=(1, 8, 32), gemm_stride=1, gemm_fp8_stride=0,
+    prefill_configs=2, prefill_q=(8, 32), prefill_ctx=(0, 32), max_prefill_pairs=2.0**12,
+    decode_configs=2, decode_batch=(1, 4), decode_ctx=(16, 64), decode_mix=("uniform", "skewed"), max_decode_kv=2**10,
+    memory_tokens=(1, 16), memory_widths=(("rmsnorm", (64,)), ("silu_mul", (64,)), ("copy", (64,))),
+    moe_stride=1, moe_tokens=(1, 8), overhead_kernels=(1, 8), comm_world=(2,), comm_bytes=(4096,),
+)
+
+GRIDS = {g.name: g for g in (FULL, QUICK, TINY)}
+TINY_SHAPES: dict[str, Any] = {
+    "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
+             {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
+    "attention": [{"hq": 4, "hkv": 2, "d": 32, "tags": ["tiny-a/tp1"]},
+                  {"hq": 2, "hkv": 2, "d": 16, "tags": ["tiny-b/tp1"]}],
+    "moe": [{"experts": 4, "top_k": 2, "hidden": 64, "inter": 32, "tags": ["tiny-moe/tp1"]}],
+}
+
+
+def get_grid(name: str) -> GridSpec:
+    if name not in GRIDS:
+        raise ValueError(f"grid={name!r} is not known; accepted: {', '.join(GRIDS)}")
+    return GRIDS[name]
+
+
+def _point(family: str, **params: Any) -> Point:
+    body = ",".join(f"{k}={v}" for k, v in params.items())
+    return Point(f"{family}:{body}", family, tuple(params.items()))
+
+
+def _spread(items: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """``count`` items evenly spread over ``items`` (all when count >= len)."""
+    if count >= len(items):
+        return items
+    step = (len(items) - 1) / max(1, count - 1)
+    return [items[round(i * step)] for i in range(count)]
+
+
+def _gemm(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
+    ordered = sorted(shapes["gemm"], key=lambda s: (s["K"] * s["N"], s["K"]))
+    for i in range(0, len(ordered), g.gemm_stride):
+        s, dtypes = ordered[i], ["bf16"]
+        if g.gemm_fp8_stride and i % g.gemm_fp8_stride == 0 and _fp8_ok(s):
+            dtypes.append("fp8")
+        for dtype in dtypes:
+            for m in g.gemm_m:
+                yield _point("gemm", dtype=dtype, K=s["K"], N=s["N"], M=m)
+
+
+def _fp8_ok(s: dict[str, Any]) -> bool:
+    """fp8 GEMMs for linear layers other than lm_head (vLLM keeps it bf16), 16-aligned dims."""
+    lm_head_only = all(t.endswith("lm_head") for t in s["tags"])
+    return not lm_head_only and s["K"] % 16 == 0 and s["N"] % 16 == 0
+
+
+def _attention(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
+    configs = sorted(shapes["attention"], key=lambda s: (-len(s["tags"]), s["hq"], s["hkv"], s["d"]))
+    for s in sorted(configs[:g.prefill_configs], key=lambda s: (s["hq"], s["hkv"], s["d"])):
+        for q in g.prefill_q:
+            for c in g.prefill_ctx:
+                if q * c + q * (q + 1) / 2 <= g.max_prefill_pairs:
+                    yield _point("attention", phase="prefill", hq=s["hq"], hkv=s["hkv"], d=s["d"], q=q, ctx=c)
+    for s in sorted(configs[:g.decode_configs], key=lambda s: (s["hq"], s["hkv"], s["d"])):
+        for b in g.decode_batch:
+            for c in g.decode_ctx:
+                for mix in g.decode_mix if b > 1 else ("uniform",):
+                    if b * c <= g.max_decode_kv:
+                        yield _point("attention", phase="decode", hq=s["hq"], hkv=s["hkv"], d=s["d"],
+                                     batch=b, ctx=c, mix=mix)
+
+
+def _memory(g: GridSpec) -> Iterator[Point]:
+    for op, widths in g.memory_widths:
+        for w in widths:
+            for t in g.memory_tokens:
+                yield _point("memory", op=op, tokens=t, width=w)
+
+
+def _moe(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
+    for s in shapes["moe"][::g.moe_stride]:
+        for t in g.moe_tokens:
+            yield _point("moe", tokens=t, experts=s["experts"], top_k=s["top_k"], hidden=s["hidden"], inter=s["inter"])
+
+
+def _overhead(g: GridSpec) -> Iterator[Point]:
+    for mode in ("eager", "graph"):
+        for n in g.overhead_kernels:
+            yield _point("overhead", mode=mode, kernels=n)
+
+
+def _comm(g: GridSpec) -> Iterator[Point]:
+    for w in g.comm_world:
+        for b in g.comm_bytes:
+            yield _point("comm", world=w, bytes=b)
+
+
+def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
+    """Every point of ``grid`` in run order (families in :data:`FAMILIES` order)."""
+    if shapes is None:
+        from latsim.calibration.shapes import load_shapes
+
+        shapes = TINY_SHAPES if grid.name == "tiny" else load_shapes()
+    out = [*_overhead(grid), *_memory(grid), *_attention(grid, shapes), *_moe(grid, shapes),
+           *_gemm(grid, shapes), *_comm(grid)]
+    return out
+
+
+def grid_hash(pts: list[Point]) -> str:
+    """sha256 (first 16 hex digits) of the point ids, in order."""
+    return hashlib.sha256(json.dumps([p.id for p in pts]).encode()).hexdigest()[:16]

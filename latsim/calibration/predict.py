@@ -1,0 +1,144 @@
+"""Operator-time predictors from a fitted profile, priced on a target device's roofline.
+
+:func:`load_predictors` reads a profile folder once (xgboost models, overheads, all-reduce
+table; cached per folder and modification time) and returns :class:`Predictors`, whose methods
+take numpy arrays of shapes and return seconds for one kernel call (one layer).  Each time is
+``roofline(target device) * exp(model(features))``: on the calibrated GPU that reproduces the
+measurements; on another GPU it transfers the learned efficiency curves (lower confidence).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from latsim.calibration import features
+from latsim.calibration.fit import model_path
+from latsim.calibration.profile import read_json, read_profile
+from latsim.catalog.devices import DeviceSpec
+
+Arr = features.Arr
+REQUIRED = ("gemm", "attn_prefill", "attn_decode", "memory")
+
+
+@dataclass(frozen=True)
+class Predictors:
+    """Fitted models of one profile (``boosters`` by family) plus its fixed-cost tables."""
+
+    folder: Path
+    profile: dict[str, Any]
+    boosters: dict[str, Any]
+    overheads: dict[str, Any] | None
+    allreduce: dict[str, Any] | None
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def ratio(self, family: str, cols: features.Cols, roof: Arr) -> Arr:
+        """measured / roofline predicted for ``family`` (ValueError if the profile lacks it)."""
+        if family not in self.boosters:
+            raise ValueError(f"{self.folder}: no fitted model for {family!r}; run `latsim calibrate --fit-only`")
+        x = features.matrix(family, cols, roof)
+        return np.exp(np.asarray(self.boosters[family].inplace_predict(x), dtype=np.float64))
+
+    def gemm_s(self, m: Arr, k: float, n: float, device: DeviceSpec, compute_dtype: str, wbytes: float) -> Arr:
+        """One ``m x k`` by ``k x n`` GEMM; W8A8 dtypes (fp8, int8) use the fp8 curve."""
+        fp8 = 1.0 if compute_dtype in ("fp8", "int8") else 0.0
+        abytes = 1.0 if fp8 else 2.0
+        flops = 2.0 * m * k * n
+        nbytes = k * n * wbytes + m * k * abytes + m * n * 2.0
+        roof = features.roofline_s(flops, nbytes, device.flops_for(compute_dtype), device.hbm_bandwidth)
+        cols = {"M": m, "K": np.full_like(m, k), "N": np.full_like(m, n), "fp8": np.full_like(m, fp8),
+                "flops": flops, "bytes": nbytes}
+        return roof * self.ratio("gemm", cols, roof)
+
+    def attn_prefill_ratio(self, q: Arr, ctx: Arr, heads: tuple[int, int, int], device: DeviceSpec) -> Arr:
+        """measured / roofline of one sequence's chunk of ``q`` tokens after ``ctx`` cached."""
+        hq, hkv, d = heads
+        pairs = q * ctx + q * (q + 1) / 2
+        flops, nbytes = 4.0 * d * hq * pairs, 4.0 * d * (q * hq + (q + ctx) * hkv)
+        roof = features.roofline_s(flops, nbytes, device.flops_for("bf16"), device.hbm_bandwidth)
+        cols = {"q": q, "ctx": ctx, "hq": np.full_like(q, hq), "hkv": np.full_like(q, hkv), "d": np.full_like(q, d)}
+        return self.ratio("attn_prefill", cols, roof)
+
+    def attn_decode_s(self, batch: Arr, ctx: Arr, heads: tuple[int, int, int], kv_bytes: float,
+                      device: DeviceSpec) -> Arr:
+        """One decode attention call: ``batch`` sequences of mean context ``ctx``, priced from the
+        ``uniform`` mix (a paged kernel's cost follows the total KV read; see attention.py)."""
+        hq, hkv, d = heads
+        flops = 4.0 * d * hq * batch * ctx
+        nbytes = 4.0 * d * batch * hq + 2.0 * d * hkv * kv_bytes * batch * ctx
+        roof = features.roofline_s(flops, nbytes, device.flops_for("bf16"), device.hbm_bandwidth)
+        cols = {"batch": batch, "ctx": ctx, "hq": np.full_like(batch, hq), "hkv": np.full_like(batch, hkv),
+                "d": np.full_like(batch, d)}
+        return roof * self.ratio("attn_decode", {**cols, "skewed": np.zeros_like(batch)}, roof)
+
+    def memory_s(self, op: str, nbytes: Arr, device: DeviceSpec) -> Arr:
+        """One memory-bound kernel moving ``nbytes``; ``op`` one of ``features.MEMORY_OPS``."""
+        roof = nbytes / device.hbm_bandwidth
+        cols = {"op": np.full(nbytes.shape, op), "bytes": nbytes}
+        return roof * self.ratio("memory", cols, roof)
+
+    def moe_s(self, tokens: Arr, shape: tuple[int, int, int, int], device: DeviceSpec, wbytes: float) -> Arr:
+        """One MoE layer's experts (gather, grouped up, SiLU x mul, grouped down, combine)."""
+        e, k, h, inter = shape
+        hit = e * (1.0 - (1.0 - k / e) ** tokens)
+        flops = 2.0 * tokens * k * 3.0 * h * inter
+        nbytes = wbytes * hit * 3.0 * h * inter + 2.0 * tokens * k * (2 * h + 3 * inter)
+        roof = features.roofline_s(flops, nbytes, device.flops_for("bf16"), device.hbm_bandwidth)
+        cols = {"tokens": tokens, "experts": np.full_like(tokens, e), "top_k": np.full_like(tokens, k),
+                "hidden": np.full_like(tokens, h), "inter": np.full_like(tokens, inter), "experts_hit": hit}
+        return roof * self.ratio("moe", cols, roof)
+
+    def allreduce_s(self, nbytes: Arr, world: int) -> Arr | None:
+        """Measured all-reduce seconds (log-log interpolation), or None without a table for ``world``."""
+        table = (self.allreduce or {}).get("worlds", {}).get(str(world))
+        if table is None:
+            return None
+        lb, ls = np.log(table["bytes"]), np.log(table["seconds"])
+        return np.asarray(np.exp(np.interp(np.log(np.maximum(nbytes, 1.0)), lb, ls)), dtype=np.float64)
+
+
+def _optional_json(path: Path, what: str) -> dict[str, Any] | None:
+    return read_json(path, what) if path.is_file() else None
+
+
+@functools.lru_cache(maxsize=8)
+def _load(folder: Path, stamp: float) -> Predictors:
+    import xgboost as xgb
+
+    del stamp  # part of the cache key only: a refit invalidates the cached models
+    profile = read_profile(folder)
+    report = read_json(folder / "fit_report.json", "fit report (run `latsim calibrate --fit-only`)")
+    boosters = {}
+    for family in features.FAMILIES:
+        path = model_path(folder, family)
+        if path.is_file():
+            booster = xgb.Booster()
+            try:
+                booster.load_model(str(path))
+            except xgb.core.XGBoostError as exc:
+                raise ValueError(f"{path}: not a readable xgboost model ({exc})") from exc
+            boosters[family] = booster
+    missing = [f for f in REQUIRED if f not in boosters]
+    if missing:
+        raise ValueError(f"{folder}: fitted model(s) missing for {missing}; expected model_<family>.json files")
+    return Predictors(folder, profile, boosters, _optional_json(folder / "overheads.json", "overheads"),
+                      _optional_json(folder / "allreduce.json", "all-reduce table"), report)
+
+
+def load_predictors(folder: Path) -> Predictors:
+    """The predictors of a fitted profile folder (ValueError naming the file when unusable)."""
+    folder = Path(folder).resolve()
+    report = folder / "fit_report.json"
+    return _load(folder, report.stat().st_mtime if report.is_file() else 0.0)
+
+
+def describe_source(p: Predictors) -> dict[str, Any]:
+    """Provenance of the predictors for ``describe()``."""
+    keys = ("gpu_name", "driver", "cuda", "torch", "vllm", "date_utc", "grid", "grid_hash", "impl")
+    return {"profile": str(p.folder), **{k: p.profile.get(k) for k in keys},
+            "held_out_mape": {f: r.get("mape") for f, r in p.report.get("families", {}).items() if "mape" in r},
+            "fit_report": str(p.folder / "fit_report.json")}

@@ -1,0 +1,162 @@
+"""Tabulate the fitted regressors onto dense grids for one deployment (model, TP, dtypes).
+
+Design note.  Predicting with xgboost per operator per step would cost ~100 us or more; a step
+must cost a few.  So at load time every operator is evaluated on grids and summed into four
+tables that :class:`~latsim.costmodel.calibrated.CalibratedCostModel` interpolates:
+
+- ``per_token``: seconds vs tokens T in the step, summing every operator whose work depends on
+  T only (QKV/O/MLP/router GEMMs, MoE experts, norms, rotary, KV write, activation, embedding,
+  all-reduce), each times its layer count;
+- ``per_sample``: seconds vs sampled sequences S (``lm_head`` GEMM and the sampler);
+- ``decode``: one decode-attention layer vs (decode sequences D, mean context c);
+- ``prefill``: measured/roofline ratio of prefill attention vs (mean chunk q, mean cached
+  context c), applied to the step's roofline attention time.
+
+Resolution (knots): T and S every integer 1..512, then steps of 2 % up to 131072 (beyond,
+linear extrapolation: time per token is flat there); D every integer 1..32, then 8 % steps to
+4096; c 1..16 then 8 % steps to 2**19; prefill q 1..16 then 10 % steps to 65536, c 0..16 then
+10 % steps to 2**19.  ``tests/calibration`` checks the interpolation against the regressors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from latsim.calibration.interp import knots
+from latsim.calibration.predict import Arr, Predictors
+from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.ops import FEATURES, OpForm, evaluate, op_forms
+from latsim.costmodel.shard import ShardSpec
+
+T_KNOTS = knots(1, 512, 131072, 1.02)
+D_KNOTS = knots(1, 32, 4096, 1.08)
+C_KNOTS = knots(1, 16, 2**19, 1.08)
+Q_KNOTS = knots(1, 16, 65536, 1.10)
+PC_KNOTS = knots(0, 16, 2**19, 1.10)
+FUSED_AS = "copy"
+"""Memory-bound operators are priced on the measured *copy* curve at the operator's bytes per
+kernel: vLLM runs RMSNorm, rotary and SiLU x mul as single fused streaming kernels, while the
+benchmark's PyTorch-eager versions (``rmsnorm``, ``rotary``, ``silu_mul`` rows, kept for
+reference) launch several kernels each and would overprice small steps several-fold."""
+
+
+@dataclass(frozen=True)
+class StepTables:
+    """Dense tables of one deployment (see the module note); lists for the scalar path."""
+
+    t_knots: list[float]
+    per_token: list[float]
+    per_sample: list[float]
+    d_knots: list[float]
+    c_knots: list[float]
+    decode: list[list[float]]
+    q_knots: list[float]
+    pc_knots: list[float]
+    prefill_ratio: list[list[float]]
+    notes: tuple[str, ...]
+
+
+def _at_tokens(form: OpForm, terms_of: str, t: Arr, sampled: bool) -> Arr:
+    """A T- (or S-) dependent linear form of ``form`` evaluated on ``t`` (flags set)."""
+    x = [np.zeros_like(t) for _ in FEATURES]
+    for name in (("sampled_seqs", "has_sampled") if sampled else ("tokens", "has_tokens")):
+        idx = FEATURES.index(name)
+        x[idx] = t if not name.startswith("has_") else np.ones_like(t)
+    return np.asarray(evaluate(getattr(form, terms_of), x), dtype=np.float64)
+
+
+def _memory_op(p: Predictors, form: OpForm, t: Arr, device: DeviceSpec, sampled: bool = False) -> Arr:
+    nbytes, launches = _at_tokens(form, "bytes", t, sampled), _at_tokens(form, "launches", t, sampled)
+    kernels = np.maximum(launches, 1.0)
+    return kernels * p.memory_s(FUSED_AS, nbytes / kernels, device)
+
+
+def _act_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
+    """SiLU x mul of the dense MLPs and shared experts (routed experts are inside ``moe_s``)."""
+    out = np.zeros_like(t)
+    for width, layers in ((s.mlp_width, s.dense_layers), (s.shared_width, s.moe_layers)):
+        if width and layers:
+            out = out + layers * p.memory_s(FUSED_AS, 6.0 * t * width, device)
+    return out
+
+
+def _gemms(s: ShardSpec) -> list[tuple[int, int, int, str, float]]:
+    """(K, N, layers, compute dtype, weight bytes) of every T-row GEMM of one GPU."""
+    up = 2 if s.gated else 1
+    out = [(s.hidden, s.q_width + 2 * s.kv_width, s.layers, s.gemm_dtype, s.weight_bytes),
+           (s.q_width, s.hidden, s.layers, s.gemm_dtype, s.weight_bytes)]
+    if s.mlp_width and s.dense_layers:
+        out += [(s.hidden, up * s.mlp_width, s.dense_layers, s.gemm_dtype, s.weight_bytes),
+                (s.mlp_width, s.hidden, s.dense_layers, s.gemm_dtype, s.weight_bytes)]
+    if s.experts and s.moe_layers:
+        out.append((s.hidden, s.experts, s.moe_layers, "bf16", 2.0))
+    if s.shared_width and s.moe_layers:
+        out += [(s.hidden, up * s.shared_width, s.moe_layers, s.gemm_dtype, s.weight_bytes),
+                (s.shared_width, s.hidden, s.moe_layers, s.gemm_dtype, s.weight_bytes)]
+    return out
+
+
+def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[Arr, list[str]]:
+    """Seconds of every T-dependent operator at ``t`` tokens, and notes on fallbacks."""
+    notes: list[str] = []
+    total = np.zeros_like(t)
+    for k, n, layers, dtype, wb in _gemms(s):
+        total = total + layers * p.gemm_s(t, k, n, device, dtype, wb)
+    if s.experts and s.moe_layers:
+        shape = (s.experts, s.top_k, s.hidden, s.expert_width)
+        total = total + s.moe_layers * p.moe_s(t, shape, device, s.weight_bytes)
+    forms = {f.name: f for f in op_forms(s)}
+    for name in ("embed", "rope", "kv_write", "norm"):
+        total = total + _memory_op(p, forms[name], t, device)
+    total = total + _act_s(p, s, t, device)
+    return total + _allreduce(p, s, t, device, notes), notes
+
+
+def _allreduce(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec, notes: list[str]) -> Arr:
+    if s.tp == 1:
+        return np.zeros_like(t)
+    count, nbytes = 2.0 * s.layers + 1.0, t * s.hidden * s.act_bytes
+    measured = p.allreduce_s(nbytes, s.tp)
+    if measured is not None:
+        return count * measured
+    notes.append(f"all-reduce over {s.tp} GPUs not measured: ring formula on the catalog's interconnect bandwidth")
+    return count * (2.0 * (s.tp - 1) / s.tp * nbytes / device.interconnect_bw)
+
+
+def per_sample(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> Arr:
+    forms = {f.name: f for f in op_forms(s)}
+    lm = p.gemm_s(t, s.hidden, s.vocab_shard, device, "bf16", 2.0)
+    return lm + _memory_op(p, forms["sampling"], t, device, sampled=True)
+
+
+def heads_of(s: ShardSpec, head_dim: int) -> tuple[int, int, int]:
+    """(query heads, KV heads, head size) on one GPU."""
+    return s.q_width // head_dim, s.kv_width // head_dim, head_dim
+
+
+def decode_grid(p: Predictors, s: ShardSpec, device: DeviceSpec, heads: tuple[int, int, int]) -> Arr:
+    d, c = np.meshgrid(np.asarray(D_KNOTS), np.asarray(C_KNOTS), indexing="ij")
+    return p.attn_decode_s(d.ravel(), c.ravel(), heads, s.kv_bytes, device).reshape(d.shape)
+
+
+def prefill_grid(p: Predictors, device: DeviceSpec, heads: tuple[int, int, int]) -> Arr:
+    q, c = np.meshgrid(np.asarray(Q_KNOTS), np.asarray(PC_KNOTS), indexing="ij")
+    return p.attn_prefill_ratio(q.ravel(), c.ravel(), heads, device).reshape(q.shape)
+
+
+def build_tables(p: Predictors, s: ShardSpec, device: DeviceSpec, head_dim: int) -> StepTables:
+    """Every table of one deployment; ValueError when the profile lacks a needed family."""
+    if s.experts and "moe" not in p.boosters:
+        raise ValueError(f"{p.folder}: the model is a mixture of experts but the profile has no MoE fit")
+    t = np.asarray(T_KNOTS)
+    tok, notes = per_token(p, s, device, t)
+    return StepTables(
+        t_knots=list(T_KNOTS), per_token=tok.tolist(),
+        per_sample=per_sample(p, s, device, t).tolist(),
+        d_knots=list(D_KNOTS), c_knots=list(C_KNOTS), decode=decode_grid(p, s, device, heads_of(s, head_dim)).tolist(),
+        q_knots=list(Q_KNOTS), pc_knots=list(PC_KNOTS),
+        prefill_ratio=prefill_grid(p, device, heads_of(s, head_dim)).tolist(),
+        notes=tuple(notes),
+    )

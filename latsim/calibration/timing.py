@@ -1,0 +1,139 @@
+"""Timing primitives shared by every microbenchmark family.
+
+Contract of :meth:`Timer.time`: ``fn(i)`` runs the measured operation once on input set
+``i % sets`` (the caller rotates among buffer sets so that repeats do not hit a warm L2); the
+timer warms up, estimates the per-call time, picks the repeat count so that the measured part
+lasts about ``target_s`` (between ``min_reps`` and ``max_reps``) and returns the median, p10 and
+p90 of the per-call times in seconds.
+
+The CUDA timer records a pair of CUDA events around every call.  Before the timed calls it
+enqueues a GPU sleep long enough for the host to enqueue all of them, so the events measure
+kernel time on the device and not the host's launch rate (launch overhead is measured on its
+own by :mod:`latsim.calibration.overhead`).  The CPU timer (``backend="cpu"``) uses
+``time.perf_counter`` and exists for tests and CI.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+BACKENDS = ("cuda", "cpu")
+SLEEP_CLOCK_HZ = 1.5e9  # cycles -> seconds for torch.cuda._sleep; only sets a lower bound on the wait
+MAX_SLEEP_S = 0.2
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call seconds over ``reps`` timed repeats."""
+
+    median_s: float
+    p10_s: float
+    p90_s: float
+    reps: int
+
+
+@dataclass(frozen=True)
+class TimerSettings:
+    """How long to measure one point: warm-up calls, repeat bounds and the target duration."""
+
+    warmup: int = 3
+    min_reps: int = 5
+    max_reps: int = 40
+    target_s: float = 0.015
+
+
+def summarize(times: list[float]) -> Timing:
+    """Median and p10/p90 of per-call seconds."""
+    arr = np.asarray(times, dtype=np.float64)
+    p10, med, p90 = np.percentile(arr, [10, 50, 90])
+    return Timing(float(med), float(p10), float(p90), len(times))
+
+
+def rotation_sets(bytes_per_set: float, l2_bytes: float, max_sets: int = 32) -> int:
+    """Input sets to rotate among so that one pass over them exceeds twice the L2 cache.
+
+    One set already larger than ``2 * l2_bytes`` needs no rotation (it cannot stay cached).
+    """
+    if bytes_per_set >= 2 * l2_bytes:
+        return 1
+    return int(min(max_sets, math.ceil(2 * l2_bytes / max(bytes_per_set, 1.0)) + 1))
+
+
+def _reps(est_s: float, s: TimerSettings) -> int:
+    if est_s <= 0:
+        return s.max_reps
+    return int(min(s.max_reps, max(s.min_reps, math.ceil(s.target_s / est_s))))
+
+
+class CudaTimer:
+    """CUDA-event timer (see the module note).  ``torch`` is the imported module."""
+
+    name = "cuda"
+
+    def __init__(self, torch: Any, settings: TimerSettings | None = None) -> None:
+        self.torch = torch
+        self.settings = settings or TimerSettings()
+
+    def time(self, fn: Callable[[int], object]) -> Timing:
+        torch, s = self.torch, self.settings
+        for i in range(s.warmup):
+            fn(i)
+        torch.cuda.synchronize()
+        est_gpu, est_host = self._estimate(fn)
+        reps = _reps(est_gpu, s)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        self._sleep(reps * est_host * 1.3)
+        for i in range(reps):
+            starts[i].record()
+            fn(s.warmup + 3 + i)
+            ends[i].record()
+        torch.cuda.synchronize()
+        return summarize([a.elapsed_time(b) * 1e-3 for a, b in zip(starts, ends, strict=True)])
+
+    def _estimate(self, fn: Callable[[int], object]) -> tuple[float, float]:
+        """(GPU seconds per call, host seconds to enqueue one call) over three calls."""
+        torch = self.torch
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        a.record()
+        for i in range(3):
+            fn(self.settings.warmup + i)
+        b.record()
+        host = (time.perf_counter() - t0) / 3
+        torch.cuda.synchronize()
+        return a.elapsed_time(b) * 1e-3 / 3, host
+
+    def _sleep(self, seconds: float) -> None:
+        sleep = getattr(self.torch.cuda, "_sleep", None)
+        if sleep is not None and seconds > 0:
+            sleep(int(min(seconds, MAX_SLEEP_S) * SLEEP_CLOCK_HZ))
+
+
+class CpuTimer:
+    """Host-clock timer for the CPU backend (tests, CI): same contract, fewer repeats."""
+
+    name = "cpu"
+
+    def __init__(self, settings: TimerSettings | None = None) -> None:
+        self.settings = settings or TimerSettings(warmup=1, min_reps=3, max_reps=5, target_s=0.002)
+
+    def time(self, fn: Callable[[int], object]) -> Timing:
+        s = self.settings
+        for i in range(s.warmup):
+            fn(i)
+        t0 = time.perf_counter()
+        fn(s.warmup)
+        reps = _reps(time.perf_counter() - t0, s)
+        times = []
+        for i in range(reps):
+            t0 = time.perf_counter()
+            fn(s.warmup + 1 + i)
+            times.append(time.perf_counter() - t0)
+        return summarize(times)

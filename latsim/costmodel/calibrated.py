@@ -1,0 +1,231 @@
+"""Calibrated cost model: per-operator regressors fitted on microbenchmarks of the GPU.
+
+Design note on the hot path.  Loading (:func:`load_calibrated`) tabulates the regressors of a
+profile for this deployment (:mod:`latsim.calibration.tabulate`): seconds vs step tokens T,
+vs sampled sequences S, decode attention vs (D sequences, mean context), and a prefill
+attention efficiency grid.  A step is then
+
+    per_token(T) + per_sample(S) + prefill attention + decode attention + fixed costs,
+
+added left to right in that order, each table read by piecewise-linear interpolation
+(:mod:`latsim.calibration.interp`).  ``decode_run`` keeps T, S and D as Python numbers and
+only the decode context as an array, and runs the same IEEE operations, so element ``i`` equals
+``step_time`` of step ``i`` bitwise.  Fixed costs: CUDA-graph replay plus a per-kernel gap
+(both measured; kernel counts from :mod:`latsim.costmodel.ops`), and the engine's CPU time per
+step and per sequence, parameters that live vLLM measurements will fit (until then the roofline
+defaults, with their provenance).
+
+``kind="transferred"``: the regressors of another GPU's profile applied to this device's
+roofline (efficiency curves carried over); lower confidence, and ``describe()`` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from latsim.calibration.interp import bilinear, bilinear_vec, interp1
+from latsim.calibration.tabulate import StepTables
+from latsim.catalog.devices import DeviceSpec
+from latsim.catalog.models import ModelSpec
+from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.ops import (
+    DKV,
+    HAS_T,
+    PAIRS,
+    PKV,
+    WDKV,
+    WPAIRS,
+    WPKV,
+    S,
+    T,
+    Terms,
+    evaluate,
+    op_forms,
+    step_features,
+)
+from latsim.costmodel.shard import ShardSpec, shard_model
+
+KINDS = ("calibrated", "transferred")
+
+
+@dataclass(frozen=True)
+class FixedCosts:
+    """Seconds per step outside the operators (see the module note); ``source`` per field."""
+
+    graph_base_s: float
+    per_kernel_s: float
+    step_s: float
+    per_seq_s: float
+    source: tuple[tuple[str, str], ...] = ()
+
+
+def _launch_terms(shard: ShardSpec) -> Terms:
+    acc: dict[int, float] = {}
+    for f in op_forms(shard):
+        for j, c in f.launches:
+            acc[j] = acc.get(j, 0.0) + c
+    return tuple(sorted(acc.items()))
+
+
+class CalibratedCostModel:
+    """Prices steps from tabulated regressors; implements the CostModel protocol.
+
+    Build with :func:`load_calibrated` (reads the profile); the constructor only stores.
+    """
+
+    def __init__(self, model: ModelSpec, device: DeviceSpec, shard: ShardSpec, tables: StepTables,
+                 fixed: FixedCosts, *, weight_dtype: str, kv_dtype: str, kind: str = "calibrated",
+                 source: dict[str, Any] | None = None) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r}; accepted: {', '.join(KINDS)}")
+        self.kind, self.model, self.device, self.shard = kind, model, device, shard
+        self.tables, self.fixed = tables, fixed
+        self.tp, self.weight_dtype, self.kv_dtype = shard.tp, weight_dtype, kv_dtype
+        self.source = source or {}
+        self._launches = _launch_terms(shard)
+        self._full = float(shard.layers - shard.window_layers)
+        self._win = float(shard.window_layers)
+        self._decode_rows = np.asarray(tables.decode, dtype=np.float64)
+        self._c_knots = np.asarray(tables.c_knots, dtype=np.float64)
+        peak = device.flops_for("bf16")
+        self._pair_s = 4.0 * shard.q_width / peak
+        self._q_byte_s = 4.0 * shard.q_width / device.hbm_bandwidth
+        self._kv_byte_s = 2.0 * shard.kv_width * shard.kv_bytes / device.hbm_bandwidth
+
+    def _features(self, b: BatchShape) -> tuple[Any, ...]:
+        return step_features(self.shard, b.prefill_tokens, b.prefill_seqs, b.prefill_attn_pairs,
+                             b.prefill_kv_tokens, b.decode_seqs, b.decode_kv_tokens)
+
+    def _head(self, tokens: float, sampled: float) -> float:
+        """per_token(T) + per_sample(S), the part a decode run keeps constant."""
+        tb = self.tables
+        total = interp1(tb.t_knots, tb.per_token, tokens) if tokens > 0 else 0.0
+        return total + (interp1(tb.t_knots, tb.per_sample, sampled) if sampled > 0 else 0.0)
+
+    def _prefill(self, b: BatchShape, x: tuple[Any, ...]) -> float:
+        if b.prefill_tokens <= 0:
+            return 0.0
+        t = self._prefill_layers(b, x[PAIRS], x[PKV]) * self._full
+        return t + self._prefill_layers(b, x[WPAIRS], x[WPKV]) * self._win if self._win else t
+
+    def _prefill_layers(self, b: BatchShape, pairs: float, kv: float) -> float:
+        """One layer: roofline of the aggregate chunks times the tabulated inefficiency."""
+        n, p = b.prefill_seqs, b.prefill_tokens
+        ctx = (kv - p) / n
+        ratio = bilinear(self.tables.q_knots, self.tables.pc_knots, self.tables.prefill_ratio, p / n,
+                         ctx if ctx > 0.0 else 0.0)
+        compute, memory = pairs * self._pair_s, p * self._q_byte_s + kv * self._kv_byte_s
+        return (compute if compute > memory else memory) * ratio
+
+    def _decode(self, seqs: int, kv: float, wkv: float) -> float:
+        """Decode attention over all layers for one step (scalar twin of :meth:`_decode_vec`)."""
+        tb = self.tables
+        c = kv / seqs
+        t = bilinear(tb.d_knots, tb.c_knots, tb.decode, seqs, c if c > 1.0 else 1.0) * self._full
+        if not self._win:
+            return t
+        cw = wkv / seqs
+        return t + bilinear(tb.d_knots, tb.c_knots, tb.decode, seqs, cw if cw > 1.0 else 1.0) * self._win
+
+    def _decode_vec(self, seqs: int, kv: npt.NDArray[np.float64], wkv: Any) -> npt.NDArray[np.float64]:
+        """:meth:`_decode` for arrays of contexts: the same operations, element by element."""
+        knots_d, knots_c, rows = self.tables.d_knots, self._c_knots, self._decode_rows
+        t = bilinear_vec(knots_d, knots_c, rows, seqs, np.maximum(kv / seqs, 1.0)) * self._full
+        if not self._win:
+            return t
+        cw = np.maximum(np.asarray(wkv, dtype=np.float64) / seqs, 1.0)
+        out: npt.NDArray[np.float64] = t + bilinear_vec(knots_d, knots_c, rows, seqs, cw) * self._win
+        return out
+
+    def _fixed_s(self, x: tuple[Any, ...]) -> float:
+        f = self.fixed
+        kernels = float(evaluate(self._launches, x))
+        return (f.graph_base_s + f.step_s) * x[HAS_T] + kernels * f.per_kernel_s + f.per_seq_s * x[S]
+
+    def step_time(self, batch: BatchShape) -> float:
+        """Seconds for one engine step; 0.0 for an empty batch."""
+        x = self._features(batch)
+        if x[T] <= 0:
+            return 0.0
+        total = self._head(float(x[T]), float(x[S]))
+        total = total + self._prefill(batch, x)
+        d = batch.decode_seqs
+        total = total + (self._decode(d, float(x[DKV]), float(x[WDKV])) if d > 0 else 0.0)
+        return float(total + self._fixed_s(x))
+
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
+        """Times of ``steps`` decode-only steps (context ``kv_tokens + i * seqs``); element ``i``
+        equals ``step_time`` of that step bitwise (same operations, see the module note)."""
+        for name, value in (("seqs", seqs), ("kv_tokens", kv_tokens), ("steps", steps)):
+            if value < 0:
+                raise ValueError(f"decode_run: {name}={value} must be >= 0")
+        if seqs == 0:
+            return np.zeros(steps, dtype=np.float64)
+        context = kv_tokens + np.arange(steps, dtype=np.float64) * seqs
+        x = step_features(self.shard, 0, 0, 0.0, 0, seqs, context)
+        scalar = step_features(self.shard, 0, 0, 0.0, 0, seqs, kv_tokens)
+        total = self._head(float(seqs), float(seqs))
+        total = total + 0.0
+        vec = total + self._decode_vec(seqs, context, x[WDKV])
+        return np.asarray(vec + self._fixed_s(scalar), dtype=np.float64)
+
+    def describe(self) -> dict[str, object]:
+        """What priced the prediction: kind, deployment, profile provenance and resolution."""
+        out: dict[str, object] = {
+            "kind": self.kind, "model": self.model.name, "device": self.device.name, "tp": self.tp,
+            "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype, "source": self.source,
+            "fixed_costs": {k: getattr(self.fixed, k) for k in ("graph_base_s", "per_kernel_s", "step_s", "per_seq_s")},
+            "fixed_cost_sources": dict(self.fixed.source), "notes": list(self.tables.notes),
+            "resolution": "tables: T/S every integer to 512 then 2 % steps; decode 8 % steps in D and "
+                          "context; prefill 10 % steps (latsim.calibration.tabulate)",
+        }
+        if self.kind == "transferred":
+            out["confidence"] = (f"lower: efficiency curves measured on {self.source.get('gpu_name')!r} applied "
+                                 f"to the {self.device.name} roofline; no measurement on this GPU")
+        return out
+
+
+def load_calibrated(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",
+                    kv_dtype: str = "bf16", profile: Path | None = None, kind: str = "calibrated",
+                    step_s: float | None = None, per_seq_s: float | None = None) -> CalibratedCostModel:
+    """Load a fitted profile and tabulate it for this deployment.
+
+    ``profile=None`` uses the shipped profile of ``device`` (``kind="calibrated"``) or, for
+    ``kind="transferred"``, the first shipped profile of another GPU.  ValueError when none
+    fits, or when a ``calibrated`` profile was measured on a different GPU.
+    """
+    from latsim.calibration.predict import describe_source, load_predictors
+    from latsim.calibration.profile import check_device, has_profile, shipped_profiles
+    from latsim.calibration.tabulate import build_tables
+    from latsim.costmodel.roofline_params import default_roofline_params
+
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}; accepted: {', '.join(KINDS)}")
+    if profile is None:
+        shipped = shipped_profiles()
+        found = has_profile(device.name, device.aliases) if kind == "calibrated" else (shipped[0] if shipped else None)
+        if found is None:
+            raise ValueError(f"no shipped calibration profile for {kind} model of device {device.name!r}")
+        profile = found
+    pred = load_predictors(profile)
+    if kind == "calibrated":
+        check_device(pred.profile, Path(profile), device.name, device.aliases)
+    shard = shard_model(model, tp, weight_dtype, kv_dtype)
+    params = default_roofline_params()
+    over = pred.overheads or {}
+    fixed = FixedCosts(
+        graph_base_s=float(over.get("graph_base_s", 0.0)),
+        per_kernel_s=float(over.get("graph_per_kernel_s", params.kernel_launch_s)),
+        step_s=params.step_overhead_s if step_s is None else step_s,
+        per_seq_s=params.seq_overhead_s if per_seq_s is None else per_seq_s,
+        source=(("graph", f"{profile}/overheads.json" if over else f"{params.source} (no overhead data)"),
+                ("step_s", "argument" if step_s is not None else f"{params.source} (assumed; to be fitted live)"),
+                ("per_seq_s", "argument" if per_seq_s is not None else f"{params.source} (assumed)")),
+    )
+    return CalibratedCostModel(model, device, shard, build_tables(pred, shard, device, model.head_dim), fixed,
+                               weight_dtype=weight_dtype, kv_dtype=kv_dtype, kind=kind, source=describe_source(pred))

@@ -1,0 +1,46 @@
+"""Grids as data: unique ids, quick inside full, budgets, and a current shape table."""
+
+from __future__ import annotations
+
+import pytest
+
+from latsim.calibration.estimate import estimate_seconds
+from latsim.calibration.grid import FULL, QUICK, TINY, get_grid, grid_hash, points
+from latsim.calibration.shapes import build_shapes, load_shapes
+from latsim.calibration.timing import rotation_sets
+
+
+@pytest.mark.parametrize("grid", [FULL, QUICK, TINY])
+def test_ids_unique_and_hash_stable(grid) -> None:
+    pts = points(grid)
+    assert len({p.id for p in pts}) == len(pts)
+    assert grid_hash(pts) == grid_hash(points(grid))
+
+
+def test_quick_is_subset_of_full() -> None:
+    assert {p.id for p in points(QUICK)} <= {p.id for p in points(FULL)}
+
+
+def test_budgets_on_one_h200() -> None:
+    """Planning estimate (matched the measured 173 s full / 7.5 s quick of the first H200 runs)."""
+    full = estimate_seconds(points(FULL))
+    quick = estimate_seconds(points(QUICK))
+    single_gpu = {k: v for k, v in full.items() if k != "comm"}
+    assert sum(single_gpu.values()) < 300
+    assert sum(v for k, v in quick.items() if k != "comm") < 60
+
+
+def test_shape_table_is_current() -> None:
+    assert load_shapes() == build_shapes(), "run `python -m latsim.calibration.shapes`"
+
+
+def test_unknown_grid() -> None:
+    with pytest.raises(ValueError, match=r"grid='huge'.*accepted: full, quick, tiny"):
+        get_grid("huge")
+
+
+def test_rotation_exceeds_twice_l2() -> None:
+    l2 = 60 * 2**20
+    for nbytes in (1e3, 1e6, 3e7, 2e8):
+        sets = rotation_sets(nbytes, l2, max_sets=10**6)
+        assert sets == 1 if nbytes >= 2 * l2 else sets * nbytes > 2 * l2

@@ -1,0 +1,96 @@
+"""The calibrated cost model: protocol, bitwise decode runs, tabulation error, transfer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from latsim.calibration.predict import load_predictors
+from latsim.calibration.tabulate import T_KNOTS, decode_grid, heads_of, per_token
+from latsim.catalog import load_device, load_model
+from latsim.costmodel.batch import BatchShape, CostModel
+from latsim.costmodel.calibrated import CalibratedCostModel, load_calibrated
+from latsim.costmodel.shard import shard_model
+
+CASES = [("llama-3.1-8b", 1), ("qwen3-30b-a3b", 2), ("gemma-2-9b", 1), ("llama-3.1-70b", 4)]
+
+
+@pytest.fixture(scope="module")
+def models(fitted_profile: Path) -> dict[str, CalibratedCostModel]:
+    h200 = load_device("h200")
+    return {name: load_calibrated(load_model(name), h200, tp=tp, profile=fitted_profile) for name, tp in CASES}
+
+
+def test_implements_protocol(models: dict[str, CalibratedCostModel]) -> None:
+    cm: CostModel = models["llama-3.1-8b"]
+    assert cm.kind == "calibrated"
+    d = cm.describe()
+    assert d["source"]["gpu_name"] == "NVIDIA H200" and d["model"] == "llama-3.1-8b"
+    assert cm.step_time(BatchShape()) == 0.0
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+@pytest.mark.parametrize(("seqs", "kv"), [(1, 17), (37, 5000), (256, 300_000), (900, 4_000_000)])
+def test_decode_run_is_bitwise_step_time(models: dict[str, CalibratedCostModel], name: str, seqs: int, kv: int) -> None:
+    cm = models[name]
+    run = cm.decode_run(seqs, kv, 60)
+    steps = [cm.step_time(BatchShape(decode_seqs=seqs, decode_kv_tokens=kv + i * seqs)) for i in range(60)]
+    assert run.tolist() == steps
+
+
+def test_decode_run_edge_cases(models: dict[str, CalibratedCostModel]) -> None:
+    cm = models["llama-3.1-8b"]
+    assert cm.decode_run(0, 0, 3).tolist() == [0.0, 0.0, 0.0]
+    assert cm.decode_run(4, 100, 0).shape == (0,)
+    with pytest.raises(ValueError, match="steps=-1"):
+        cm.decode_run(1, 1, -1)
+
+
+def test_times_grow_with_work(models: dict[str, CalibratedCostModel]) -> None:
+    cm = models["llama-3.1-8b"]
+    short = cm.step_time(BatchShape(decode_seqs=8, decode_kv_tokens=8 * 500))
+    long = cm.step_time(BatchShape(decode_seqs=8, decode_kv_tokens=8 * 50_000))
+    big = cm.step_time(BatchShape.from_chunks([(8192, 0)], []))
+    assert 0 < short < long < big
+    mixed = cm.step_time(BatchShape.from_chunks([(1000, 3000)], [500] * 32))
+    assert mixed > cm.step_time(BatchShape.from_chunks([(1000, 3000)], []))
+
+
+def test_tabulation_matches_regressors(fitted_profile: Path) -> None:
+    """Interpolated tables vs direct regressor predictions off the knots (documented resolution)."""
+    pred, dev, model = load_predictors(fitted_profile), load_device("h200"), load_model("llama-3.1-8b")
+    s = shard_model(model, 1)
+    rng = np.random.default_rng(0)
+    t = np.unique(np.round(np.exp(rng.uniform(0, np.log(16384), 200))))
+    table, _ = per_token(pred, s, dev, np.asarray(T_KNOTS))
+    direct, _ = per_token(pred, s, dev, t)
+    rel = np.abs(np.interp(t, T_KNOTS, table) - direct) / direct
+    assert np.median(rel) < 0.005 and rel.max() < 0.05
+    grid = decode_grid(pred, s, dev, heads_of(s, model.head_dim))
+    cm = load_calibrated(model, dev, profile=fitted_profile)
+    d, c = 48, 3000.0
+    exact = pred.attn_decode_s(np.array([float(d)]), np.array([c]), heads_of(s, model.head_dim), 2.0, dev)[0]
+    approx = cm._decode(d, d * c, 0.0) / s.layers
+    assert grid.shape == (len(cm.tables.d_knots), len(cm.tables.c_knots))
+    assert abs(approx - exact) / exact < 0.05
+
+
+def test_step_time_is_fast(models: dict[str, CalibratedCostModel]) -> None:
+    import time
+
+    cm, b = models["qwen3-30b-a3b"], BatchShape.from_chunks([(512, 1000)], [800] * 64)
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        cm.step_time(b)
+    assert (time.perf_counter() - t0) / 2000 < 100e-6
+
+
+def test_transferred_kind_says_lower_confidence(fitted_profile: Path) -> None:
+    cm = load_calibrated(load_model("llama-3.1-8b"), load_device("h100"), profile=fitted_profile, kind="transferred")
+    assert cm.kind == "transferred"
+    assert "lower" in str(cm.describe()["confidence"])
+    h200 = load_calibrated(load_model("llama-3.1-8b"), load_device("h200"), profile=fitted_profile)
+    b = BatchShape(decode_seqs=16, decode_kv_tokens=16 * 1000)
+    assert cm.step_time(b) > h200.step_time(b)  # H100 has less memory bandwidth
