@@ -71,7 +71,7 @@ def activation_peak_bytes(model: ModelSpec, tp: int, engine: EngineConfig) -> fl
         + c["activation_mlp_multiple"] * _mlp_width(model) / tp
     ) * c["activation_bytes_per_element"]
     sampler = float(engine.max_num_seqs or 0) * model.vocab_size * c["sampler_bytes_per_logit"] / tp
-    return tokens * per_token + sampler
+    return (tokens * per_token + sampler) * c["profile_scale"]
 
 
 def _mlp_width(model: ModelSpec) -> int:
