@@ -20,6 +20,7 @@ from latsim.calibration import features
 from latsim.calibration.fit import model_path
 from latsim.calibration.profile import read_json, read_profile
 from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.roofline_params import default_roofline_params
 
 Arr = features.Arr
 REQUIRED = ("gemm", "attn_prefill", "attn_decode", "memory")
@@ -81,6 +82,17 @@ class Predictors:
         cols = {"op": np.full(nbytes.shape, op), "bytes": nbytes}
         return roof * self.ratio("memory", cols, roof)
 
+    def moe_matches_engine(self) -> bool:
+        """Whether the MoE rows were timed with the serving engine's own fused-MoE kernel.
+
+        vLLM runs routed experts in one fused Triton kernel; a profile timed with another
+        implementation (e.g. ``torch._grouped_mm``, which streams weights far slower at decode
+        sizes) does not describe it, so MoE is then priced as a large GEMM streaming the hit
+        experts' weights (roofline with the roofline's GEMM memory efficiency).
+        """
+        impl = (self.profile.get("impl") or {}).get("moe") or []
+        return any("vllm" in str(name) for name in impl)
+
     def moe_s(self, tokens: Arr, shape: tuple[int, int, int, int], device: DeviceSpec, wbytes: float) -> Arr:
         """One MoE layer's experts (gather, grouped up, SiLU x mul, grouped down, combine)."""
         e, k, h, inter = shape
@@ -88,6 +100,8 @@ class Predictors:
         flops = 2.0 * tokens * k * 3.0 * h * inter
         nbytes = wbytes * hit * 3.0 * h * inter + 2.0 * tokens * k * (2 * h + 3 * inter)
         roof = features.roofline_s(flops, nbytes, device.flops_for("bf16"), device.hbm_bandwidth)
+        if not self.moe_matches_engine():
+            return roof / default_roofline_params().memory_efficiency["gemm"]
         cols = {"tokens": tokens, "experts": np.full_like(tokens, e), "top_k": np.full_like(tokens, k),
                 "hidden": np.full_like(tokens, h), "inter": np.full_like(tokens, inter), "experts_hit": hit}
         return roof * self.ratio("moe", cols, roof)

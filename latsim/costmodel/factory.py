@@ -2,7 +2,8 @@
 
 ``kind="auto"`` prefers a model calibrated on the device and falls back to the roofline;
 an explicit ``kind`` must name one of :data:`BUILDERS`.  New cost models register a builder
-here (one entry, no subclassing).
+here (one entry, no subclassing).  Builders return GPU-only models (no host time); the engine's
+host time per step and its overlap with the GPU are added by :mod:`latsim.costmodel.host`.
 """
 
 from __future__ import annotations
@@ -11,29 +12,35 @@ from collections.abc import Callable
 
 from latsim.catalog.devices import DeviceSpec
 from latsim.catalog.models import ModelSpec
+from dataclasses import replace
+
 from latsim.costmodel.batch import CostModel
+from latsim.costmodel.host import HostOverhead, HostOverlapCostModel, default_host_overhead
 from latsim.costmodel.roofline import RooflineCostModel
+from latsim.costmodel.roofline_params import default_roofline_params
 
 Builder = Callable[[ModelSpec, DeviceSpec, int, str, str], CostModel]
 
 
 def _build_roofline(model: ModelSpec, device: DeviceSpec, tp: int, weight_dtype: str,
                     kv_dtype: str) -> CostModel:
-    return RooflineCostModel(model, device, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+    gpu_only = replace(default_roofline_params(), step_overhead_s=0.0, seq_overhead_s=0.0)
+    return RooflineCostModel(model, device, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, params=gpu_only)
 
 
 def _build_calibrated(model: ModelSpec, device: DeviceSpec, tp: int, weight_dtype: str,
                       kv_dtype: str) -> CostModel:
     from latsim.costmodel.calibrated import load_calibrated
 
-    return load_calibrated(model, device, tp, weight_dtype, kv_dtype, kind="calibrated")
+    return load_calibrated(model, device, tp, weight_dtype, kv_dtype, kind="calibrated", step_s=0.0, per_seq_s=0.0)
 
 
 def _build_transferred(model: ModelSpec, device: DeviceSpec, tp: int, weight_dtype: str,
                        kv_dtype: str) -> CostModel:
     from latsim.costmodel.calibrated import load_calibrated
 
-    return load_calibrated(model, device, tp, weight_dtype, kv_dtype, kind="transferred")
+    return load_calibrated(model, device, tp, weight_dtype, kv_dtype, kind="transferred", step_s=0.0,
+                           per_seq_s=0.0)
 
 
 BUILDERS: dict[str, Builder] = {
@@ -62,12 +69,22 @@ def calibration_status(device_name: str) -> str:
 
 
 def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",
-                     kv_dtype: str = "bf16", kind: str = "auto") -> CostModel:
+                     kv_dtype: str = "bf16", kind: str = "auto", asynchronous: bool = True,
+                     host: HostOverhead | None = None) -> CostModel:
     """The cost model of ``kind`` for this deployment (``auto``: calibrated if available, else roofline).
 
-    Raises ValueError for an unknown ``kind`` and whatever the chosen model raises for an
-    invalid deployment (unknown dtype, ``tp`` that does not shard the model).
+    The GPU-side model is wrapped with the engine's host time (``host``, default: the values
+    fitted on live vLLM runs), overlapped with the GPU when ``asynchronous``.  Raises
+    ValueError for an unknown ``kind`` and whatever the chosen model raises for an invalid
+    deployment (unknown dtype, ``tp`` that does not shard the model).
     """
+    gpu = gpu_cost_model(model, device, tp, weight_dtype, kv_dtype, kind)
+    return HostOverlapCostModel(gpu, host or default_host_overhead(gpu.kind), asynchronous)
+
+
+def gpu_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",
+                   kv_dtype: str = "bf16", kind: str = "auto") -> CostModel:
+    """The GPU-only cost model of ``kind`` (no host time), for fitting and reports."""
     if kind == "auto":
         builder = _calibrated_builder(device) or BUILDERS["roofline"]
     elif kind in BUILDERS:

@@ -1,0 +1,95 @@
+"""The engine's host (CPU) side of a step, and how it overlaps the GPU.
+
+A serving engine spends CPU time every step: scheduling, preparing inputs, and turning
+sampled tokens into outputs for each request.  With vLLM's synchronous loop that time adds to
+the GPU time; with asynchronous scheduling (vLLM 0.25.1's default) step N+1 is prepared while
+step N runs, so a step lasts about ``max(gpu, host)``.  ``frontend_s`` is the latency a request
+sees outside the step loop (handing the request to the engine process and streaming tokens
+back): it shifts every token time of a request, leaving TPOT and ITL unchanged.
+
+:class:`HostOverlapCostModel` wraps a GPU-only cost model (one built with zero step overhead)
+and applies these terms.  The parameters live in ``costmodel/data/engine_host.yaml`` with the
+runs they were fitted on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+import numpy.typing as npt
+import yaml
+
+from latsim.costmodel.batch import BatchShape, CostModel
+
+
+@dataclass(frozen=True)
+class HostOverhead:
+    """Host seconds per step (``step_s + seq_s x sequences``), front-end latency, GPU-time scale."""
+
+    step_s: float
+    seq_s: float
+    frontend_s: float
+    gpu_scale: float = 1.0
+    source: str = "argument"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.gpu_scale, (int, float)) and 0.0 < self.gpu_scale < 10.0):
+            raise ValueError(f"gpu_scale must be in (0, 10), got {self.gpu_scale!r}")
+        for name in ("step_s", "seq_s", "frontend_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value >= 0.0 and np.isfinite(value)):
+                raise ValueError(f"host overhead {name} must be a finite number >= 0, got {value!r}")
+
+
+@lru_cache(maxsize=4)
+def default_host_overhead(kind: str, engine: str = "vllm-0.25.1") -> HostOverhead:
+    """The fitted host terms of ``engine`` for a GPU model of ``kind`` (``engine_host.yaml``).
+
+    ``transferred`` uses the ``calibrated`` entry; a kind without an entry raises ValueError.
+    """
+    data = yaml.safe_load(resources.files("latsim.costmodel").joinpath("data/engine_host.yaml").read_text())
+    key = "calibrated" if kind == "transferred" else kind
+    try:
+        entry = data["engines"][engine][key]
+    except (KeyError, TypeError):
+        raise ValueError(f"engine_host.yaml has no entry for {engine!r} / {key!r}") from None
+    return HostOverhead(float(entry["step_s"]), float(entry["seq_s"]), float(entry["frontend_s"]),
+                        float(entry.get("gpu_scale", 1.0)), source=f"costmodel/data/engine_host.yaml:{engine}/{key}")
+
+
+class HostOverlapCostModel:
+    """``inner`` (GPU time) combined with host time: ``max`` when asynchronous, sum when not.
+
+    ``decode_run`` applies the same float operations as ``step_time`` element for element.
+    """
+
+    def __init__(self, inner: CostModel, host: HostOverhead, asynchronous: bool = True) -> None:
+        self.inner = inner
+        self.host = host
+        self.asynchronous = asynchronous
+        self.kind = inner.kind
+        self.frontend_s = host.frontend_s
+
+    def _host_s(self, seqs: int) -> float:
+        return self.host.step_s + self.host.seq_s * seqs
+
+    def step_time(self, batch: BatchShape) -> float:
+        gpu = self.inner.step_time(batch) * self.host.gpu_scale
+        if gpu <= 0.0:
+            return 0.0
+        host = self._host_s(batch.prefill_seqs + batch.decode_seqs)
+        return max(gpu, host) if self.asynchronous else gpu + host
+
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
+        gpu = self.inner.decode_run(seqs, kv_tokens, steps) * self.host.gpu_scale
+        if seqs == 0:
+            return gpu
+        host = self._host_s(seqs)
+        out: npt.NDArray[np.float64] = np.maximum(gpu, host) if self.asynchronous else gpu + host
+        return out
+
+    def describe(self) -> dict[str, object]:
+        return {**self.inner.describe(), "host": {**asdict(self.host), "asynchronous": self.asynchronous}}

@@ -1,0 +1,89 @@
+"""Fit the engine's host time (``HostOverhead``) on measured runs; report held-out runs.
+
+The GPU side of every step comes from the calibrated (or roofline) cost model and is not
+touched.  Four parameters are fitted: host seconds per step and per sequence, the front-end latency
+of a request, and the in-engine GPU-time scale, by minimising the mean absolute log-ratio of predicted to
+measured p50 and p99 of TTFT and TPOT over the training runs (Nelder-Mead on log-parameters).
+Runs are replayed exactly as ``latsim validate`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import minimize
+
+from latsim.costmodel.batch import CostModel
+from latsim.costmodel.factory import gpu_cost_model
+from latsim.costmodel.host import HostOverhead, HostOverlapCostModel
+from latsim.deployment import Deployment
+from latsim.metrics.per_request import add_latencies
+from latsim.validate.compare import deployment_for
+from latsim.validate.records import load_run
+from latsim.workload.trace import RequestTrace
+
+TARGETS = (("ttft_s", 50), ("ttft_s", 99), ("tpot_s", 50), ("tpot_s", 99))
+
+
+@dataclass
+class Replay:
+    """One measured run ready to be replayed many times."""
+
+    name: str
+    deployment: Deployment
+    trace: RequestTrace
+    gpu: CostModel
+    measured: np.ndarray
+
+
+def _percentiles(records) -> np.ndarray:
+    ok = add_latencies(records[records["status"] == "ok"])
+    return np.array([np.nanpercentile(ok[col].to_numpy(dtype=float), q) for col, q in TARGETS])
+
+
+def load_replays(run_dirs: list[Path], device: str, kind: str = "auto") -> list[Replay]:
+    cache: dict[str, CostModel] = {}
+    replays = []
+    for run in run_dirs:
+        m = load_run(run)
+        dep = deployment_for(m.meta, device)
+        key = f"{dep.model.name}/{dep.tp}"
+        if key not in cache:
+            cache[key] = gpu_cost_model(dep.model, dep.device, dep.tp, dep.weight_dtype, dep.kv_dtype, kind)
+        replays.append(Replay(str(run), dep, m.to_trace(), cache[key], _percentiles(m.records_frame())))
+    return replays
+
+
+def predict(replay: Replay, host: HostOverhead):
+    from latsim.engine.simulate import simulate
+
+    cost = HostOverlapCostModel(replay.gpu, host, replay.deployment.engine.async_scheduling)
+    records = simulate(replay.deployment, replay.trace, cost_model=cost).records
+    if "frontend_s" not in getattr(simulate, "__applies__", ()):
+        records = records.assign(first_token_s=records["first_token_s"] + host.frontend_s,
+                                 finish_s=records["finish_s"] + host.frontend_s)
+    return records
+
+
+def errors(replay: Replay, host: HostOverhead) -> np.ndarray:
+    """Log-ratios predicted/measured for :data:`TARGETS`."""
+    return np.log(_percentiles(predict(replay, host)) / replay.measured)
+
+
+def fit_host(replays: list[Replay], start: HostOverhead) -> tuple[HostOverhead, float]:
+    """Nelder-Mead over log(step_s, seq_s, frontend_s); returns the fit and its loss."""
+    def unpack(z: np.ndarray) -> HostOverhead:
+        step, seq, front, scale = np.exp(z)
+        return HostOverhead(float(step), float(seq), float(front), float(min(scale, 9.9)), source="fit")
+
+    def loss(z: np.ndarray) -> float:
+        host = unpack(z)
+        return float(np.mean([np.abs(errors(r, host)).mean() for r in replays]))
+
+    z0 = np.log([max(start.step_s, 1e-6), max(start.seq_s, 1e-8), max(start.frontend_s, 1e-5), start.gpu_scale])
+    simplex = np.vstack([z0] + [z0 + step for step in np.diag([1.0, 1.0, 1.0, 0.2])])
+    res = minimize(loss, z0, method="Nelder-Mead",
+                   options={"initial_simplex": simplex, "xatol": 0.02, "fatol": 1e-4, "maxfev": 160})
+    return unpack(res.x), float(res.fun)
