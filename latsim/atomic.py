@@ -26,4 +26,7 @@ def atomic_write(path: str | Path, fill: Callable[[IO[bytes]], None]) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write(path, lambda f: f.write(text.encode()))
+    def fill(f: IO[bytes]) -> None:
+        f.write(text.encode())
+
+    atomic_write(path, fill)

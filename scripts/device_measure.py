@@ -274,10 +274,11 @@ def main(argv: list[str] | None = None) -> None:
         runs = []
         for shape in args.shapes:
             shape_tag = shape.replace(":", "-").replace(",", "-").replace("=", "")
-            meta = {"model": {"name": name, "config": config}, "workload": {"shape": parse_shape(shape), "seed": args.seed}}
+            meta = {"model": {"name": name, "config": config},
+                    "workload": {"shape": parse_shape(shape), "seed": args.seed}}
             runs.append((shape, Path(args.out) / f"{name}-{shape_tag}", meta))
         results = asyncio.run(measure(args, settings_from(args, path), runs, t_start))
-    for (shape, root, _), rows in zip(runs, results):
+    for (shape, root, _), rows in zip(runs, results, strict=True):
         tmp_summary = root / ".summary.json.tmp"
         tmp_summary.write_text(json.dumps(rows, indent=2) + "\n")
         os.replace(tmp_summary, root / "summary.json")

@@ -66,7 +66,7 @@ def test_config_file_is_used_and_flags_win(tmp_path, monkeypatch, capsys):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, needle, monkeypatch, capsys):
-    code, out, err = run(["predict", "--num-requests", "20", *argv], monkeypatch, capsys)
+    code, _, err = run(["predict", "--num-requests", "20", *argv], monkeypatch, capsys)
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1
@@ -75,7 +75,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, monkeypatch, capsys):
 
 def test_malformed_trace_names_the_line(tmp_path, monkeypatch, capsys):
     trace = tmp_path / "t.jsonl"
-    trace.write_text('{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5}\n{"arrival_s": 1, "input_tokens": "x"}\n')
+    trace.write_text('{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5}\n'
+                     '{"arrival_s": 1, "input_tokens": "x"}\n')
     code, _, err = run(["predict", "--trace", str(trace)], monkeypatch, capsys)
     assert code == 2 and "2" in err and "t.jsonl" in err
 

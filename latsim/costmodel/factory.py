@@ -9,11 +9,10 @@ host time per step and its overlap with the GPU are added by :mod:`latsim.costmo
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from latsim.catalog.devices import DeviceSpec
 from latsim.catalog.models import ModelSpec
-from dataclasses import replace
-
 from latsim.costmodel.batch import CostModel
 from latsim.costmodel.host import HostOverhead, HostOverlapCostModel, default_host_overhead
 from latsim.costmodel.roofline import RooflineCostModel

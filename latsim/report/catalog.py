@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from importlib import resources
-
 from rich.table import Table
 
 from latsim.catalog.lookup import list_devices, list_models, load_model
 from latsim.catalog.sizing import kv_bytes_per_token, param_counts
+from latsim.costmodel.factory import calibration_status
 
 
 def models_table() -> Table:
@@ -23,15 +22,10 @@ def models_table() -> Table:
     return table
 
 
-def calibration_status(device: str) -> str:
-    """``calibrated`` when a measured profile ships for ``device``, else ``roofline``."""
-    profile = resources.files("latsim").joinpath(f"data/calibration/{device}/profile.json")
-    return "calibrated" if profile.is_file() else "roofline"
-
-
 def devices_table() -> Table:
     table = Table(title="GPUs", title_justify="left")
-    for col in ("name", "GPU", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s", "$/h", "cost model"):
+    columns = ("name", "GPU", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s", "$/h", "cost model")
+    for col in columns:
         table.add_column(col, justify="left" if col in ("name", "GPU", "cost model") else "right")
     for d in list_devices():
         fp8 = d.peak_flops.get("fp8")

@@ -24,7 +24,7 @@ def validation_figure(levels, path: str | Path, title: str = "") -> None:
 
     poisson = [lv for lv in levels if lv.offered_qps is not None and lv.level != "burst"]
     fig, axes = plt.subplots(len(poisson) + 1, 2, figsize=(10, 3 * (len(poisson) + 1)), squeeze=False)
-    for row, lv in zip(axes[:-1], poisson):
+    for row, lv in zip(axes[:-1], poisson, strict=True):
         meas = add_latencies(lv.measured_records[lv.measured_records["status"] == "ok"])
         pred = add_latencies(lv.predicted_records[lv.predicted_records["status"] == "ok"])
         for ax, col, label in ((row[0], "ttft_s", "TTFT"), (row[1], "tpot_s", "TPOT")):

@@ -29,7 +29,8 @@ def run_measurement(*, out_dir: Path, endpoint, model_name, engine, model, load_
     if trace is not None:
         workload = read_trace(trace, max_requests=num_requests)
     else:
-        inputs = input_len if input_len is not None else (input_dist or "lognormal:median=600,sigma=0.8,min=16,max=4096")
+        default_input = "lognormal:median=600,sigma=0.8,min=16,max=4096"
+        inputs = input_len if input_len is not None else (input_dist or default_input)
         outputs = output_len if output_len is not None else (output_dist or 200)
         workload = synthesize(qps or 1.0, num_requests, "burst" if burst else arrival, inputs, outputs,
                               np.random.default_rng(seed))
