@@ -15,6 +15,7 @@ def atomic_write(path: str | Path, fill: Callable[[IO[bytes]], None]) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would make shared result folders unreadable
         with os.fdopen(fd, "wb") as f:
             fill(f)
             f.flush()
@@ -23,6 +24,13 @@ def atomic_write(path: str | Path, fill: Callable[[IO[bytes]], None]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    def fill(f: IO[bytes]) -> None:
+        f.write(data)
+
+    atomic_write(path, fill)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

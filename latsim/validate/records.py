@@ -31,11 +31,12 @@ import itertools
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from latsim.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
     from latsim.validate.measurement import Measurement
@@ -163,20 +164,6 @@ def _opt_int_tuple(value: Any) -> tuple[int, ...] | None:
 # ---------------------------------------------------------------------------------- writing
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would make shared run directories unreadable
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_run(out_dir: str | os.PathLike[str], records: Iterable[RequestRecord],
               meta: Mapping[str, Any]) -> Path:
     """Write ``records`` and ``meta`` as a run directory (created if needed); return its path.
@@ -190,9 +177,9 @@ def write_run(out_dir: str | os.PathLike[str], records: Iterable[RequestRecord],
     for rec in rows:
         rec.validate()
     body = "".join(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows)
-    _atomic_write(path / REQUESTS_FILE, gzip.compress(body.encode(), mtime=0))
+    atomic_write_bytes(path / REQUESTS_FILE, gzip.compress(body.encode(), mtime=0))
     full_meta = {**dict(meta), "format": FORMAT, "num_requests": len(rows)}
-    _atomic_write(path / META_FILE, (json.dumps(full_meta, indent=2, default=str) + "\n").encode())
+    atomic_write_bytes(path / META_FILE, (json.dumps(full_meta, indent=2, default=str) + "\n").encode())
     return path
 
 

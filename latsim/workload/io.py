@@ -18,15 +18,13 @@ temporary file in the target's directory is filled, synced and renamed over the 
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import io
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from latsim.atomic import atomic_write
 from latsim.workload.azure import TIMESTAMP, azure_arrays
 from latsim.workload.csvfile import read_csv_table_fast, read_csv_table_slow, read_header, write_csv
 from latsim.workload.jsonlfile import read_jsonl_table, write_jsonl
@@ -154,19 +152,8 @@ def _row_chunks(columns: dict[str, list[Any]], size: int = 65_536) -> Iterator[l
 
 
 def _atomic_write(path: Path, fill: Callable[[IO[str]], None]) -> None:
-    """Write via a temporary sibling file, fsync it, then ``os.replace`` it over ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            _fill_binary(raw, fill, compress=path.name.lower().endswith(".gz"))
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    """Write text through ``fill`` atomically (gzip-compressed when ``path`` ends in .gz)."""
+    atomic_write(path, lambda raw: _fill_binary(raw, fill, compress=path.name.lower().endswith(".gz")))
 
 
 def _fill_binary(raw: IO[bytes], fill: Callable[[IO[str]], None], compress: bool) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import latsim.atomic
 import latsim.workload.io as trace_io
 from latsim.workload.io import TraceFormatError, read_trace, write_trace
 from latsim.workload.trace import RequestTrace
@@ -69,7 +70,7 @@ def test_write_replaces_atomically_and_cleans_up_on_failure(tmp_path: Path, monk
     def broken_replace(src: str, dst: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(trace_io.os, "replace", broken_replace)
+    monkeypatch.setattr(latsim.atomic.os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
         write_trace(make_trace(), path)
     assert path.read_text() == "old contents\n"
