@@ -38,6 +38,7 @@ class DecodeCohort:
         self.block_size = block_size
         self.step = 0
         self.last_end = math.nan
+        self.last_index = -1  # the scheduler's step index of the latest step
         self.size = 0
         self.phases = [0] * block_size
         self._offset = 0  # sum over members of num_computed - base
@@ -68,7 +69,10 @@ class DecodeCohort:
         """Blocks the members take over the next ``n`` steps."""
         bs, g, phases = self.block_size, self.step, self.phases
         cycles, rest = divmod(n, bs)
-        return cycles * self.size + sum(phases[-(g + j) % bs] for j in range(rest))
+        total = cycles * self.size
+        for j in range(rest):
+            total += phases[-(g + j) % bs]
+        return total
 
     def steps_within(self, n_max: int, free: int) -> int:
         """Largest ``n <= n_max`` whose next ``n`` steps take at most ``free`` blocks; O(block_size)."""
@@ -84,10 +88,11 @@ class DecodeCohort:
             n += 1
         return n
 
-    def advance(self, n: int, end: float) -> None:
-        """``n`` steps happened, the last one ending at ``end``: every member decoded in each."""
+    def advance(self, n: int, end: float, index: int) -> None:
+        """``n`` steps happened, the last one (step ``index``) ending at ``end``: every member decoded in each."""
         self.step += n
         self.last_end = end
+        self.last_index = index
 
     def pop_finished(self) -> list[Req]:
         """Remove and materialise the members that sampled their last token in the latest step."""
@@ -116,4 +121,7 @@ class DecodeCohort:
         req.generated += moved
         req.num_blocks = -(-req.num_computed // self.block_size)
         req.last_token = self.last_end
+        if moved:
+            req.sampled_at = self.last_index
+            req.lag = 1
         req.base = -1

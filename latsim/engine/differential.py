@@ -178,7 +178,7 @@ def latsim_records(case: Case) -> list[StepRecord]:
 
     A knob latsim's runner does not take is dropped when it has vLLM's default value (then it
     describes what latsim should do, which a finding may say it does not); any other value
-    raises ``NotImplementedError`` naming it (e.g. ``async_scheduling=True``).
+    raises ``NotImplementedError`` naming it (e.g. ``watermark=0.1``).
     """
     from latsim.engine.stream import run_latsim_scheduler
 

@@ -4,12 +4,16 @@
 cached, at most ``num_tokens - 1`` tokens (the last prompt token is always recomputed so that
 a token can be sampled).  ``allocate`` is ``allocate_slots``: check, then change, returning
 False without side effects when the free blocks (cached-but-unreferenced ones included) do not
-cover what the request needs.
+cover what the request needs; ``full_sequence_fits`` is its admission gate
+(``full_sequence_must_fit``, vLLM's ``scheduler_reserve_full_isl``).  ``free`` returns a
+request's blocks in vLLM's order (``docs/vllm-v1-scheduling.md`` section 6).
+
+The pool given here is the usable one: vLLM's ``num_gpu_blocks`` minus its null block.
 """
 
 from __future__ import annotations
 
-from latsim.engine.kvcache import BlockPool
+from latsim.engine.kvcache import BlockPool, Copy
 from latsim.engine.request import Req
 
 
@@ -49,6 +53,15 @@ class KVManager:
             fresh += sum(self.pool.is_queued(req.block_key(i)) for i in range(hits))
         return fresh
 
+    def full_sequence_fits(self, req: Req, hits: int) -> bool:
+        """Whether the free queue holds the blocks of ``req``'s whole ``min(num_tokens, max_model_len)``.
+
+        For a waiting request (nothing computed) with ``hits`` cached blocks: vLLM's admission
+        gate, counting hit blocks that sit in the free queue against the free blocks.
+        """
+        full = min(req.num_tokens, self.max_model_len) - hits * self.block_size
+        return self.blocks_needed(req, full, hits) <= self.pool.num_free
+
     def allocate(self, req: Req, num_new: int, hits: int = 0) -> bool:
         """Give ``req`` room for ``num_new`` more tokens after ``hits`` cached blocks, or refuse."""
         bs = self.block_size
@@ -60,9 +73,7 @@ class KVManager:
             if fresh + evictable > pool.num_free:
                 return False
             for i in range(hits):
-                key = req.block_key(i)
-                pool.touch(key)
-                req.keys[i] = key
+                req.keys[i] = pool.touch(req.block_key(i))
             req.num_blocks += hits
             req.num_computed += hits * bs
             req.cached_upto = hits
@@ -76,43 +87,61 @@ class KVManager:
         return True
 
     def _cache_prefix_blocks(self, req: Req, full_blocks: int) -> None:
-        """Publish the newly filled blocks of a shared prefix (vLLM hashes them when scheduled)."""
+        """Publish the newly filled blocks of a shared prefix (vLLM hashes them when scheduled).
+
+        A block whose content is cached already becomes another copy of it (vLLM does not
+        deduplicate), e.g. the recomputed last block of a fully cached prompt.
+        """
         upto = min(full_blocks, req.prefix_blocks)
+        register = self.pool.register
         for i in range(req.cached_upto, upto):
-            key = req.block_key(i)
-            if self.pool.register(key):
-                req.keys[i] = key
+            req.keys[i] = register(req.block_key(i))
         req.cached_upto = max(req.cached_upto, upto)
 
-    def free(self, req: Req, preempted: bool) -> None:
-        """Return all of ``req``'s blocks, last block first.
+    def free(self, req: Req, preempted: bool, lag: int = 0) -> None:
+        """Return all of ``req``'s blocks as vLLM's ``free_blocks`` does.
 
-        A preempted request's full computed blocks stay findable (its resume hits them while
-        they survive eviction); a finished request's private blocks become anonymous.  Keys
-        only exist below ``cached_upto``, so the blocks past it and past the kept ones go back
-        as one anonymous run, and only the leading blocks are visited one by one.
+        With prefix caching, the full blocks of computed tokens carry a hash: they go to the
+        queue tail, last block first, and a preempted request's stay findable (its resume hits
+        them while they survive eviction); a finished request's private ones become anonymous.
+        The blocks past them (the partial last block) have no hash and go to the queue front.
+        ``lag`` (0 or 1) is how many computed tokens had no hash yet: with asynchronous
+        scheduling, a request preempted while decoding continuously had not seen its latest
+        input token when that step was scheduled.  Keys only exist below ``cached_upto``, so
+        the hashed blocks past it (and past the kept ones) go back as one anonymous run, and
+        only the leading blocks are visited one by one.  Without prefix caching nothing is ever
+        found again, so the order of the (anonymous) blocks does not matter.
         """
-        keep_upto = req.num_computed // self.block_size if preempted and self.prefix_caching else 0
-        visit = min(max(keep_upto, req.cached_upto if req.keys else 0), req.num_blocks)
-        self.pool.release_anonymous(req.num_blocks - visit)
-        if visit:
-            self.pool.release(self._release_order(req, preempted, keep_upto, visit))
+        n, pool = req.num_blocks, self.pool
+        if not self.prefix_caching:
+            pool.release_anonymous(n)
+        elif preempted or req.keys:
+            hashed = min((req.num_computed - lag) // self.block_size, n)
+            keep_upto = hashed if preempted else 0
+            visit = min(max(keep_upto, req.cached_upto if req.keys else 0), hashed)
+            pool.prepend_anonymous(n - hashed)
+            pool.release_anonymous(hashed - visit)
+            if visit:
+                pool.release(self._release_order(req, preempted, keep_upto, visit))
+        else:  # the common case: nothing to keep findable
+            hashed = req.num_computed // self.block_size
+            pool.prepend_anonymous(n - hashed)
+            pool.release_anonymous(hashed)
         req.num_blocks = 0
         req.keys = {}
         req.cached_upto = 0
 
-    def _release_order(self, req: Req, preempted: bool, keep_upto: int, visit: int) -> list:
-        """Keys (or None) of blocks ``visit - 1`` down to 0, as they go back to the free queue."""
-        order: list = []
+    def _release_order(self, req: Req, preempted: bool, keep_upto: int, visit: int) -> list[Copy | None]:
+        """Copies (or None) of blocks ``visit - 1`` down to 0, as they go back to the free queue."""
+        order: list[Copy | None] = []
         pool = self.pool
         for i in range(visit - 1, -1, -1):
-            key = req.keys.get(i)
-            if key is not None and key[0] == "r" and not preempted:
-                pool.forget(key)
-                key = None
-            elif key is None and i < keep_upto:
-                key = req.block_key(i)
-                if not pool.register(key):
-                    key = None
-            order.append(key)
+            copy = req.keys.get(i)
+            if copy is not None:
+                if not preempted and copy.key[0] == "r":
+                    pool.forget(copy)  # its own block: nobody else will look it up
+                    copy = None
+            elif i < keep_upto:
+                copy = pool.register(req.block_key(i))
+            order.append(copy)
         return order

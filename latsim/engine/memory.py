@@ -41,7 +41,18 @@ class MemoryPlan:
 
     @property
     def kv_capacity_tokens(self) -> int:
+        """vLLM's "GPU KV cache size" log line: ``num_blocks * block_size`` tokens.
+
+        (vLLM logs ``int(num_blocks / ceil(max_model_len / block_size) * max_model_len)``, the
+        same number when ``max_model_len`` is a multiple of ``block_size``.)  It counts the
+        null block; the scheduler can use :attr:`usable_blocks`.
+        """
         return self.num_blocks * self.block_size
+
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks vLLM's scheduler can allocate: all but block 0, its null block."""
+        return self.num_blocks - 1
 
     def as_dict(self) -> dict[str, float]:
         d = asdict(self)
@@ -130,8 +141,9 @@ def _does_not_fit_message(deployment: Deployment, budget: float, needed: float) 
         None,
     )
     hint = f"; try --tp {suggestion}" if suggestion else "; use a larger GPU, fp8/int4 weights, or more GPUs"
+    utilization = resolve_engine(deployment).gpu_memory_utilization
     return (
         f"{model.name} ({deployment.weight_dtype}) does not fit on {dev.name} at tp={deployment.tp}: it needs "
         f"{needed / GIB:.1f} GiB per GPU before any KV cache, but gpu_memory_utilization "
-        f"{resolve_engine(deployment).gpu_memory_utilization} x {dev.memory_gib:.1f} GiB leaves {budget / GIB:.1f} GiB{hint}"
+        f"{utilization} x {dev.memory_gib:.1f} GiB leaves {budget / GIB:.1f} GiB{hint}"
     )

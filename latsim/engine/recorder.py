@@ -36,6 +36,10 @@ class Recorder:
 
     def step_gaps(self, ends: list[float], count: int) -> None:
         """``count`` requests each saw every gap between consecutive step ``ends``."""
+        if len(ends) == 2:
+            self._run_values.append(ends[1] - ends[0])
+            self._run_counts.append(count)
+            return
         self._run_values.extend([b - a for a, b in pairwise(ends)])
         self._run_counts.extend([float(count)] * (len(ends) - 1))
 

@@ -6,9 +6,23 @@ step is computed (scheduled, priced and applied) at the simulated time it starts
 process then sleeps until it ends, so whatever the router reads at an arrival reflects every
 step that started before it.
 
+When a decision is taken.  Synchronously, the decision for a step is taken at its start and
+sees every arrival up to then.  With asynchronous scheduling (vLLM's default) the engine
+schedules step N+1 when it launches step N, so that decision sees only the arrivals up to
+step N's start (the *cutoff*): a request arriving during step N runs in step N+2 at the
+earliest.  Requests that arrived after the cutoff wait in ``pending``, unseen by the
+scheduler.  An idle engine decides on arrival; a decision that schedules nothing launches
+nothing, so the next one is taken at once with the cutoff moved to now (what vLLM does when
+the output of the step before arrives).  When such a decision could not change anything
+(nothing released, every arrival seen) the replica sleeps until the next arrival.  Token
+times are the step ends either way, and step durations are the cost model's (deciding takes
+no simulated time here: the cost model's host term prices the CPU's work).  A request's
+``first_scheduled`` is the start of the first step that runs it (with asynchronous
+scheduling, one step after the decision; vLLM's own SCHEDULED timestamp is the decision's).
+
 Two drivers share this loop.  A scheduler with an ``advance`` method (the fast vLLM engine,
-:mod:`latsim.engine.fastsched`) drives itself: one call runs one step or a whole decode run
-that stops before the next arrival anywhere.  Any other scheduler (the reference
+:mod:`latsim.engine.fastsched`) drives itself: one call runs steps and decode runs until a
+decision could see a new arrival.  Any other scheduler (the reference
 :class:`VllmScheduler`, static batching) is stepped one ``schedule``/``update`` at a time.
 Both give identical results; tests compare them.
 """
@@ -16,12 +30,14 @@ Both give identical results; tests compare them.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Generator
 
 import simpy
 
 from latsim.costmodel.batch import CostModel
 from latsim.engine.recorder import Recorder
+from latsim.engine.request import Req
 from latsim.engine.shape import step_shape
 
 
@@ -41,12 +57,18 @@ class Replica:
         self.clock = 0.0
         self.outstanding = 0
         self.peak_blocks_used = 0
+        self.pending: deque[Req] = deque()  # arrived after the cutoff (asynchronous scheduling)
+        self._lagged = bool(getattr(scheduler, "async_scheduling", False))
+        self._cutoff = 0.0
         self._wake: simpy.Event | None = None
 
-    def submit(self, req) -> None:
+    def submit(self, req: Req) -> None:
         """Hand an arriving request to this replica (called by the router at its arrival time)."""
         req.replica = self.index
-        self.scheduler.add_request(req)
+        if self._lagged:
+            self.pending.append(req)
+        else:
+            self.scheduler.add_request(req)
         self.outstanding += 1
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -54,24 +76,59 @@ class Replica:
     def process(self) -> Generator[simpy.Event, None, None]:
         env, sched = self.env, self.scheduler
         advance = getattr(sched, "advance", None) if self.fast_forward else None
+        stuck = False
         while True:
-            if not sched.has_work():
+            if stuck or not (sched.has_work() or self.pending):
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
-                self.clock = env.now
+                self.clock = self._cutoff = env.now
             if self.clock > self.horizon_s:
                 break
-            if advance is not None:
-                self.clock, done = advance(self.clock, self.cost, self.next_arrival(), self.horizon_s)
-                self.outstanding -= done
-                self.peak_blocks_used = sched.peak_blocks_used
-            else:
-                self._one_step()
+            stuck = not self._decide(advance)
             delay = self.clock - env.now
             yield env.timeout(delay if delay > 0.0 else 0.0)
         if advance is not None:
             sched.settle()
+
+    def _decide(self, advance) -> bool:
+        """Take the decision due at ``clock`` and run what it launched; False when stuck.
+
+        Stuck: nothing was launched, and deciding again before an arrival would not change
+        that (every arrival was seen, no finished request was waiting to be released, and
+        nothing was preempted).
+        """
+        sched, start, lagged = self.scheduler, self.clock, self._lagged
+        releases, preemptions = False, sched.num_preemptions
+        if lagged:
+            if self.pending:
+                self._reveal(self._cutoff)
+            releases = bool(sched.zombies)
+        steps = self.recorder.num_steps
+        if advance is not None:
+            future = self.next_arrival()
+            unseen = self.pending[0].arrival if self.pending else future
+            self.clock, done = advance(start, self.cost, future, self.horizon_s, unseen,
+                                       self._reveal if self.pending else None)
+            self.outstanding -= done
+            last_start = sched.last_start
+        else:
+            self._one_step()
+            last_start = start
+        self.peak_blocks_used = sched.peak_blocks_used
+        if self.recorder.num_steps == steps:
+            stuck = self._cutoff >= start and not releases and sched.num_preemptions == preemptions
+            self._cutoff = start
+            return not stuck
+        self._cutoff = last_start if lagged else self.clock
+        return True
+
+    def _reveal(self, cutoff: float) -> float:
+        """Hand the scheduler the pending arrivals up to ``cutoff``; the earliest arrival it has not seen."""
+        pending, sched = self.pending, self.scheduler
+        while pending and pending[0].arrival <= cutoff:
+            sched.add_request(pending.popleft())
+        return pending[0].arrival if pending else self.next_arrival()
 
     def _one_step(self) -> None:
         sched = self.scheduler
@@ -80,11 +137,9 @@ class Replica:
         for req in plan.new:
             if math.isnan(req.first_scheduled):
                 req.first_scheduled = start
-        self.peak_blocks_used = max(self.peak_blocks_used, sched.kv.pool.num_used)
         if not plan.scheduled:
             return
         end = start + self.cost.step_time(step_shape(plan))
         self.clock = end
         self.recorder.num_steps += 1
         self.outstanding -= len(sched.update(plan, end))
-

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from latsim.engine.kvcache import Copy
 
 WAITING, RUNNING, PREEMPTED, FINISHED, REJECTED = range(5)
 
@@ -12,9 +16,12 @@ class Req:
 
     ``num_computed`` counts tokens whose KV is in the cache (prompt, recomputed output and
     decoded tokens); ``num_tokens = prompt + generated`` is what must be computed before the
-    next token can be sampled.  ``keys`` maps block index -> content key for the blocks this
+    next token can be sampled.  ``keys`` maps block index -> the cached copy of the blocks this
     request references that can be found again (prefix-group blocks, or its own blocks after a
-    preemption); every other block it holds is anonymous.
+    preemption); every other block it holds is anonymous.  ``sampled_at`` is the scheduler's
+    index of the latest step that sampled a token for it, and ``lag`` is 1 when it also
+    sampled in the step before (asynchronous scheduling then had one unhashed token when the
+    latest step was scheduled, which matters if it is preempted while that step is in flight).
 
     The fast engine (:mod:`latsim.engine.cohort`) may hold a decoding request *lazily*: while
     ``base >= 0`` the fields ``num_computed``, ``generated``, ``num_blocks`` and ``last_token``
@@ -35,6 +42,7 @@ class Req:
         "group",
         "idx",
         "keys",
+        "lag",
         "last_token",
         "num_blocks",
         "num_computed",
@@ -42,6 +50,7 @@ class Req:
         "prefix_blocks",
         "prompt",
         "replica",
+        "sampled_at",
         "seq",
         "state",
         "target",
@@ -59,13 +68,15 @@ class Req:
         self.replica = -1
         self.num_computed = 0
         self.num_blocks = 0
-        self.keys: dict[int, tuple] = {}
+        self.keys: dict[int, Copy] = {}
         self.cached_upto = 0
         self.cached_tokens = 0
         self.preemptions = 0
         self.state = WAITING
         self.base = -1
         self.seq = -1
+        self.sampled_at = -1
+        self.lag = 0
         self.first_scheduled = math.nan
         self.first_token = math.nan
         self.last_token = math.nan

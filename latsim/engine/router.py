@@ -44,6 +44,14 @@ def make_router(name: str) -> Router:
         raise ValueError(f"router must be one of {', '.join(ROUTERS)}, got {name!r}") from None
 
 
+def rejected_by_engine(prompt: int, output: int, max_model_len: int) -> bool:
+    """vLLM refuses an empty prompt, and (its OpenAI server) ``prompt + max_tokens > max_model_len``.
+
+    The latter covers the engine's own ``prompt >= max_model_len`` since ``output >= 1``.
+    """
+    return prompt <= 0 or prompt + output > max_model_len
+
+
 class ArrivalFeed:
     """Releases requests at their arrival times (ahead of same-time engine events)."""
 
@@ -70,7 +78,7 @@ class ArrivalFeed:
                 env.schedule(wake, simpy.core.URGENT, req.arrival - env.now)
                 yield wake
             self._next += 1
-            if req.prompt + req.target > self.max_model_len:
+            if rejected_by_engine(req.prompt, req.target, self.max_model_len):
                 req.state = REJECTED
                 continue
             self.router.choose(self.replicas).submit(req)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from latsim.deployment import EngineConfig
 from latsim.engine.fastsched import FastVllmScheduler
@@ -12,7 +13,11 @@ from latsim.engine.static import StaticBatchScheduler
 
 
 def limits_for(engine: EngineConfig, memory: MemoryPlan) -> SchedulerLimits:
-    """Resolved scheduler limits (``engine`` must come from ``resolve_engine``)."""
+    """Resolved scheduler limits (``engine`` must come from ``resolve_engine``).
+
+    ``async_scheduling`` follows the deployment (vLLM 0.25.1 turns it on by default);
+    ``scheduler_reserve_full_isl`` keeps vLLM's default (on).
+    """
     assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None
     tokens = engine.max_num_batched_tokens
     if not engine.enable_chunked_prefill:
@@ -24,6 +29,7 @@ def limits_for(engine: EngineConfig, memory: MemoryPlan) -> SchedulerLimits:
         block_size=engine.block_size,
         enable_chunked_prefill=engine.enable_chunked_prefill,
         enable_prefix_caching=engine.enable_prefix_caching,
+        async_scheduling=engine.async_scheduling,
     )
 
 
@@ -34,7 +40,7 @@ def _vllm(engine: EngineConfig, memory: MemoryPlan, fast: bool):
 
 def _static(engine: EngineConfig, memory: MemoryPlan, fast: bool):
     del fast  # stepped one step at a time either way
-    limits = limits_for(engine, memory)
+    limits = replace(limits_for(engine, memory), async_scheduling=False)  # a vLLM feature
     return StaticBatchScheduler(limits, memory.num_blocks, engine.static_batch_size or limits.max_num_seqs)
 
 

@@ -55,6 +55,8 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
 
     ``fast_forward=False`` runs the reference engine, one ``schedule``/``update`` per step: the
     same results, several times slower (``tests/engine/test_fast_engine.py`` compares them).
+    The engine's ``async_scheduling`` (vLLM's default) sets both the scheduling rules and,
+    for the default cost model, whether host and GPU time overlap.
     """
     if not len(trace):
         raise ValueError("the workload has no requests")
@@ -64,7 +66,8 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
         from latsim.costmodel.factory import build_cost_model
 
         cost_model = build_cost_model(deployment.model, deployment.device, deployment.tp,
-                                      deployment.weight_dtype, deployment.kv_dtype)
+                                      deployment.weight_dtype, deployment.kv_dtype,
+                                      asynchronous=engine.async_scheduling and engine.engine == "vllm")
     horizon = default_horizon(trace) if horizon_s is None else horizon_s
     requests = _requests(trace, memory.block_size)
     env = simpy.Environment()
@@ -98,16 +101,21 @@ def _requests(trace: RequestTrace, block_size: int) -> list[Req]:
     return [Req(i, arrival[i], prompt[i], target[i], g[i], p[i], block_size) for i in range(len(arrival))]
 
 
-def records_frame(requests: list[Req]) -> pd.DataFrame:
-    """The per-request DataFrame (columns documented in ``latsim.metrics``)."""
+def records_frame(requests: list[Req], frontend_s: float = 0.0) -> pd.DataFrame:
+    """The per-request DataFrame (columns documented in ``latsim.metrics``).
+
+    ``frontend_s`` (the cost model's front-end latency: handing a request to the engine and
+    streaming its tokens back) delays every token a request receives; it is added here, after
+    the simulation, because it does not change what the engine does.
+    """
     status = [STATUS.get(r.state, "unfinished") for r in requests]
     return pd.DataFrame({
         "request_id": np.arange(len(requests)),
         "replica": [r.replica for r in requests],
         "arrival_s": [r.arrival for r in requests],
         "first_scheduled_s": [r.first_scheduled for r in requests],
-        "first_token_s": [r.first_token for r in requests],
-        "finish_s": [r.finish for r in requests],
+        "first_token_s": [r.first_token + frontend_s for r in requests],
+        "finish_s": [r.finish + frontend_s for r in requests],
         "input_tokens": [r.prompt for r in requests],
         "output_tokens": [r.target for r in requests],
         "cached_tokens": [r.cached_tokens for r in requests],
@@ -117,7 +125,7 @@ def records_frame(requests: list[Req]) -> pd.DataFrame:
 
 
 def _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, horizon) -> SimulationResult:
-    records = records_frame(requests)
+    records = records_frame(requests, float(getattr(cost_model, "frontend_s", 0.0)))
     itl_values, itl_weights = recorder.itl_samples()
     rng = np.random.default_rng(seed)
     summary = summarize(records, itl_values, itl_weights, slo=slo, rng=rng)
@@ -126,7 +134,7 @@ def _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, 
     summary.update({
         "kv_capacity_tokens": memory.kv_capacity_tokens,
         "kv_blocks": memory.num_blocks,
-        "kv_peak_utilization": peak / memory.num_blocks,
+        "kv_peak_utilization": peak / max(memory.usable_blocks, 1),
         "max_model_len": memory.max_model_len,
         "cost_model": cost_model.kind,
         "engine_steps": recorder.num_steps,

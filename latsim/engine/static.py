@@ -20,7 +20,8 @@ class StaticBatchScheduler:
     """Admit up to ``batch_size`` waiting requests only when the previous batch has drained.
 
     A batch takes requests in FCFS order while their whole prompt + output fits in the free KV
-    blocks (static engines reserve the full sequence), so it never preempts.
+    blocks (static engines reserve the full sequence), so it never preempts.  ``num_blocks``
+    counts as vLLM's does (the memory plan's): one of them is reserved, as in vLLM.
     """
 
     name = "static"
@@ -28,11 +29,12 @@ class StaticBatchScheduler:
     def __init__(self, limits: SchedulerLimits, num_blocks: int, batch_size: int) -> None:
         self.limits = limits
         self.batch_size = batch_size
-        self.kv = KVManager(num_blocks, limits.block_size, limits.max_model_len, prefix_caching=False)
+        self.kv = KVManager(num_blocks - 1, limits.block_size, limits.max_model_len, prefix_caching=False)
         self.batch: list[Req] = []
         self.running: list[Req] = []
         self.waiting: deque[Req] = deque()
         self.num_preemptions = 0
+        self.peak_blocks_used = 0
         self.recorder: Recorder | None = None
 
     def add_request(self, req: Req) -> None:
@@ -45,6 +47,7 @@ class StaticBatchScheduler:
         plan = StepPlan()
         if not self.batch:
             self._admit(plan)
+            self.peak_blocks_used = max(self.peak_blocks_used, self.kv.pool.num_used)
             return plan
         for req in self.batch:
             plan.scheduled.append((req, 1))

@@ -60,11 +60,7 @@ def predict(replay: Replay, host: HostOverhead):
     from latsim.engine.simulate import simulate
 
     cost = HostOverlapCostModel(replay.gpu, host, replay.deployment.engine.async_scheduling)
-    records = simulate(replay.deployment, replay.trace, cost_model=cost).records
-    if "frontend_s" not in getattr(simulate, "__applies__", ()):
-        records = records.assign(first_token_s=records["first_token_s"] + host.frontend_s,
-                                 finish_s=records["finish_s"] + host.frontend_s)
-    return records
+    return simulate(replay.deployment, replay.trace, cost_model=cost).records
 
 
 def errors(replay: Replay, host: HostOverhead) -> np.ndarray:

@@ -1,10 +1,8 @@
 """latsim's scheduler against vLLM 0.25.1's own, step by step, on seeded random streams.
 
 Each family (``tests/differential/streams.py``) goes through both schedulers; a test fails
-with a report of the first differing step of the first few differing streams. Semantic
-differences that latsim has not fixed yet are the findings of ``docs/differential-findings.md``;
-their tests are strict xfails naming the finding: when the engine is fixed they XPASS, which
-fails the run, and the mark must go.
+with a report of the first differing step of the first few differing streams. The findings of
+``docs/differential-findings.md`` (F1-F6) are all fixed; their minimal streams stay as tests.
 """
 
 from __future__ import annotations
@@ -19,20 +17,6 @@ import pytest
 from latsim.engine.differential import check_cases, latsim_records
 from latsim.engine.steprecord import StepRecord
 from tests.differential.streams import DECODE_CONFIG, REPROS, decode_stream
-
-FINDING_ERRORS = (AssertionError, NotImplementedError)
-
-
-def xfail(*findings: str, why: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, raises=FINDING_ERRORS, reason=f"{', '.join(findings)}: {why}")
-
-
-F1 = "F1 usable blocks = num_gpu_blocks - 1"
-F2 = "F2 full-prompt admission gate (scheduler_reserve_full_isl)"
-F3 = "F3 unhashed blocks are prepended to the free queue"
-F4 = "F4 duplicate full blocks are cached too"
-F5 = "F5 asynchronous scheduling"
-F6 = "F6 empty prompts are rejected"
 
 
 def assert_same(cases, expected, show: int = 3) -> None:
@@ -115,19 +99,16 @@ def test_kv_pressure_preemption_and_resume(oracle):
 
 
 @pytest.mark.oracle_cases("kv_pressure_exact")
-@xfail(F1, F2, why="under KV pressure latsim has one block more and admits prompts whose first chunk fits")
 def test_kv_pressure_exact_configuration(oracle):
     assert_same(*oracle_pair(oracle, "kv_pressure_exact"))
 
 
 @pytest.mark.oracle_cases("kv_pressure_cached")
-@xfail(F3, why="a resumed request finds fewer of its own blocks: latsim evicts cached blocks too early")
 def test_kv_pressure_with_prefix_caching(oracle):
     assert_same(*oracle_pair(oracle, "kv_pressure_cached"))
 
 
 @pytest.mark.oracle_cases("prefix_pressure")
-@xfail(F3, F4, why="prefix-group hits under KV pressure: eviction order and duplicate cached blocks")
 def test_prefix_groups_under_kv_pressure(oracle):
     assert_same(*oracle_pair(oracle, "prefix_pressure"))
 
@@ -135,14 +116,7 @@ def test_prefix_groups_under_kv_pressure(oracle):
 @pytest.mark.oracle_cases("repros")
 @pytest.mark.parametrize(
     "finding",
-    [
-        pytest.param("F1", marks=xfail(F1, why="latsim schedules b at step 0 in 3 blocks; vLLM has 2")),
-        pytest.param("F2", marks=xfail(F2, why="latsim admits b's first chunk although its prompt cannot fit")),
-        pytest.param("F3", marks=xfail(F3, why="latsim evicts a's cached block before b's freed partial block")),
-        pytest.param("F4", marks=xfail(F4, why="latsim does not cache b's recomputed copy of a's block")),
-        pytest.param("F5", marks=xfail(F5, why="latsim's scheduler has no asynchronous mode")),
-        pytest.param("F6", marks=xfail(F6, why="latsim's stream runner admits an empty prompt")),
-    ],
+    ["F1", "F2", "F3", "F4", "F5", "F6"],
 )
 def test_finding_minimal_stream(oracle, finding):
     """Each finding's stream (F3-F6 with F1 and F2 neutralised while latsim still has them)."""
@@ -155,7 +129,6 @@ def test_finding_minimal_stream(oracle, finding):
 
 
 @pytest.mark.oracle_cases("async_mix")
-@xfail(F5, why="latsim's scheduler has no asynchronous mode (finish one step late, output placeholders)")
 def test_async_scheduling(oracle):
     assert_same(*oracle_pair(oracle, "async_mix"))
 

@@ -79,8 +79,9 @@ def test_latsim_side_refuses_what_it_cannot_model():
     stream = (StreamRequest("a", 0, 10, 2),)
     config = dict(num_gpu_blocks=8, max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64)
     assert latsim_records(Case(stream, {**config, "seed": 3, "scheduler_reserve_full_isl": True}))
-    with pytest.raises(NotImplementedError, match="async_scheduling=True"):
-        latsim_records(Case(stream, {**config, "async_scheduling": True}))
+    assert latsim_records(Case(stream, {**config, "async_scheduling": True}))
+    with pytest.raises(NotImplementedError, match=r"watermark=0\.1"):
+        latsim_records(Case(stream, {**config, "watermark": 0.1}))
 
 
 def test_missing_reference_python_is_an_oracle_error(tmp_path):

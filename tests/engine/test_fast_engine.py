@@ -13,6 +13,7 @@ from unittest import mock
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,10 +60,11 @@ engines = st.fixed_dictionaries({
     "max_num_batched_tokens": st.sampled_from([16, 64, 256, 1024, 8192]),
     "enable_chunked_prefill": st.booleans(),
     "enable_prefix_caching": st.booleans(),
+    "async_scheduling": st.booleans(),
 })
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(seed=st.integers(0, 2**31), qps=st.floats(1.0, 300.0), max_in=st.integers(1, 700),
        max_out=st.integers(1, 300), groups=st.integers(0, 4), engine=engines, replicas=st.integers(1, 3),
        router=st.sampled_from(["round-robin", "least-outstanding"]))
@@ -74,13 +76,14 @@ def test_fast_engine_equals_reference(seed, qps, max_in, max_out, groups, engine
 
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**31), threshold=st.integers(1, 300), blocks=st.integers(60, 1500),
-       budget=st.sampled_from([64, 512, 8192]))
-def test_fast_engine_equals_reference_with_a_long_prefill_threshold(seed, threshold, blocks, budget):
+       budget=st.sampled_from([64, 512, 8192]), asynchronous=st.booleans())
+def test_fast_engine_equals_reference_with_a_long_prefill_threshold(seed, threshold, blocks, budget, asynchronous):
     original = schedulers.limits_for
     with_threshold = lambda e, m: replace(original(e, m), long_prefill_token_threshold=threshold)  # noqa: E731
     trace = random_trace(seed, 60, 80.0, 600, 120, 2)
+    dep = small_deployment(blocks, max_num_batched_tokens=budget, async_scheduling=asynchronous)
     with mock.patch.object(schedulers, "limits_for", with_threshold):
-        fast, ref = fast_and_reference(small_deployment(blocks, max_num_batched_tokens=budget), trace)
+        fast, ref = fast_and_reference(dep, trace)
     assert_identical(fast, ref)
 
 
@@ -92,19 +95,21 @@ def test_static_engine_is_unchanged_by_fast_forward(seed, batch, blocks):
     assert_identical(*fast_and_reference(dep, trace))
 
 
-def test_reference_workload_with_the_roofline_cost_model():
+@pytest.mark.parametrize("asynchronous", [True, False])
+def test_reference_workload_with_the_roofline_cost_model(asynchronous):
     trace = synthesize(20.0, 1500, "poisson", "lognormal:median=600,sigma=0.8,min=16,max=8192",
                        "lognormal:median=150,sigma=0.6,min=4,max=2048", np.random.default_rng(0))
-    dep = small_deployment()
+    dep = small_deployment(async_scheduling=asynchronous)
     fast = simulate(dep, trace, fast_forward=True)
     ref = simulate(dep, trace, fast_forward=False)
     assert_identical(fast, ref)
     assert fast.summary["num_unfinished"] == 0 and fast.summary["num_completed"] >= 1490
 
 
-def test_kv_pressure_with_prefix_groups_preempts_and_still_matches():
+@pytest.mark.parametrize("asynchronous", [True, False])
+def test_kv_pressure_with_prefix_groups_preempts_and_still_matches(asynchronous):
     trace = random_trace(7, 150, 60.0, 500, 250, 3)
-    fast, ref = fast_and_reference(small_deployment(num_gpu_blocks=120), trace)
+    fast, ref = fast_and_reference(small_deployment(num_gpu_blocks=120, async_scheduling=asynchronous), trace)
     assert ref.summary["preemptions"] > 0
     assert ref.summary["cached_token_fraction"] > 0
     assert_identical(fast, ref)
@@ -138,7 +143,7 @@ def test_cohort_finishes_members_in_order_and_writes_back_their_values():
     cohort, (a, b, c) = cohort_of(16, [31, 40, 47], step=5)  # targets 1, 2, 3: 0, 1, 2 tokens to go
     assert cohort.context() == 118 and cohort.steps_to_finish() == 0
     assert cohort.pop_finished() == [a]
-    cohort.advance(1, end=1.5)
+    cohort.advance(1, end=1.5, index=9)
     assert cohort.context() == 89 and cohort.pop_finished() == [b]
     assert (b.num_computed, b.generated, b.num_blocks, b.last_token, b.base) == (41, 2, 3, 1.5, -1)
     cohort.dissolve()

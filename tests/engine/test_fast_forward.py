@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,20 +36,22 @@ def test_decode_runs_match_single_steps_on_a_poisson_workload():
     assert fast.summary["num_completed"] == 300
 
 
-def test_decode_runs_match_under_kv_pressure_with_preemptions():
+@pytest.mark.parametrize("asynchronous", [True, False])
+def test_decode_runs_match_under_kv_pressure_with_preemptions(asynchronous):
     trace = synthesize(50.0, 120, "poisson", 300, 200, np.random.default_rng(2))
-    fast, slow = both_ways(small_deployment(num_gpu_blocks=200), trace)
+    fast, slow = both_ways(small_deployment(num_gpu_blocks=200, async_scheduling=asynchronous), trace)
     assert slow.summary["preemptions"] > 0
     assert_same(fast, slow)
 
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), qps=st.floats(1.0, 200.0), blocks=st.integers(60, 2000),
-       max_seqs=st.integers(1, 64), caching=st.booleans(), replicas=st.integers(1, 3))
-def test_decode_runs_match_single_steps_property(seed, qps, blocks, max_seqs, caching, replicas):
+       max_seqs=st.integers(1, 64), caching=st.booleans(), replicas=st.integers(1, 3), asynchronous=st.booleans())
+def test_decode_runs_match_single_steps_property(seed, qps, blocks, max_seqs, caching, replicas, asynchronous):
     rng = np.random.default_rng(seed)
     trace = synthesize(qps, 60, "gamma:cv=3", "uniform:min=1,max=600", "uniform:min=1,max=300", rng)
-    dep = small_deployment(num_gpu_blocks=blocks, max_num_seqs=max_seqs, enable_prefix_caching=caching)
+    dep = small_deployment(num_gpu_blocks=blocks, max_num_seqs=max_seqs, enable_prefix_caching=caching,
+                           async_scheduling=asynchronous)
     dep = type(dep)(**{**dep.__dict__, "replicas": replicas, "router": "least-outstanding"})
     fast, slow = both_ways(dep, trace)
     assert_same(fast, slow)

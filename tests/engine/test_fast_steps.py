@@ -54,13 +54,7 @@ def current(req: Req, fast: FastVllmScheduler) -> tuple:
 
 def queue_state(sched) -> list:
     """The free queue as (key, live) runs, adjacent anonymous runs merged."""
-    runs: list = []
-    for key, live in sched.kv.pool._queue:
-        if live and key is None and runs and runs[-1][0] is None:
-            runs[-1][1] += live
-        elif live:
-            runs.append([key, live])
-    return runs
+    return sched.kv.pool.runs()
 
 
 def gaps(rec: Recorder) -> Counter:
@@ -112,14 +106,16 @@ request = st.tuples(st.integers(0, 40), st.integers(1, 200), st.integers(1, 60),
                     st.integers(0, 200))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(specs=st.lists(request, min_size=1, max_size=40), seqs=st.integers(1, 40),
        budget=st.integers(1, 300), bs=st.sampled_from([1, 4, 16]), blocks=st.integers(20, 600),
-       chunked=st.booleans(), caching=st.booleans(), threshold=st.integers(0, 80))
+       chunked=st.booleans(), caching=st.booleans(), threshold=st.integers(0, 80), gate=st.booleans(),
+       asynchronous=st.booleans())
 def test_fast_engine_matches_the_reference_at_every_step(specs, seqs, budget, bs, blocks, chunked, caching,
-                                                          threshold):
+                                                          threshold, gate, asynchronous):
     max_model_len = min(blocks * bs, 400)
     if not chunked:
         budget = max(budget, max_model_len)
-    limits = SchedulerLimits(seqs, budget, max_model_len, bs, chunked, caching, threshold)
+    limits = SchedulerLimits(seqs, budget, max_model_len, bs, chunked, caching, threshold,
+                             scheduler_reserve_full_isl=gate, async_scheduling=asynchronous)
     run_side_by_side(specs, limits, blocks)

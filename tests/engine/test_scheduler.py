@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from latsim.engine.steprecord import StreamRequest
 from latsim.engine.stream import run_latsim_scheduler
 
@@ -29,8 +31,9 @@ def test_long_prompt_is_chunked_at_the_budget():
 
 
 def test_preemption_takes_the_newest_running_request_and_it_resumes_first():
-    # 4 requests of 32 prompt tokens need 2 blocks each at admission; 9 blocks in all.
-    recs = run_latsim_scheduler(stream(4, 32, 40), num_gpu_blocks=9, max_num_seqs=8,
+    # 4 requests of 32 prompt tokens need 2 blocks each at admission; 9 usable blocks (10 with
+    # vLLM's null block).
+    recs = run_latsim_scheduler(stream(4, 32, 40), num_gpu_blocks=10, max_num_seqs=8,
                                 max_num_batched_tokens=512, max_model_len=512, enable_prefix_caching=False)
     first = next(r for r in recs if r.preempted)
     assert first.preempted == ("r3",)
@@ -65,3 +68,26 @@ def test_requests_longer_than_max_model_len_are_rejected():
                                 max_model_len=512)
     assert recs[0].rejected == ("long",)
     assert all("long" not in dict(r.scheduled) for r in recs)
+
+
+def test_the_pool_is_num_gpu_blocks_minus_vllms_null_block():
+    reqs = [StreamRequest("a", 0, 17, 2), StreamRequest("b", 0, 16, 1)]
+    recs = run_latsim_scheduler(reqs, num_gpu_blocks=3, max_num_seqs=4, max_num_batched_tokens=64,
+                                max_model_len=32)
+    assert recs[0].scheduled == (("a", 17),)  # a takes 2 blocks; the third is block 0
+    assert ("b", 16) in recs[1].scheduled or ("b", 16) in recs[2].scheduled
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_a_prompt_is_admitted_only_when_all_of_it_fits_unless_the_gate_is_off(gate):
+    reqs = [StreamRequest("a", 0, 40, 30), StreamRequest("b", 0, 150, 10)]  # b needs 10 blocks, 8 are free
+    recs = run_latsim_scheduler(reqs, num_gpu_blocks=12, max_num_seqs=4, max_num_batched_tokens=48,
+                                max_model_len=192, scheduler_reserve_full_isl=gate)
+    assert recs[0].scheduled == ((("a", 40),) if gate else (("a", 40), ("b", 8)))
+
+
+def test_an_empty_prompt_is_rejected():
+    reqs = [StreamRequest("empty", 0, 0, 3), StreamRequest("a", 0, 10, 2)]
+    recs = run_latsim_scheduler(reqs, num_gpu_blocks=8, max_num_seqs=4, max_num_batched_tokens=64,
+                                max_model_len=64)
+    assert recs[0].rejected == ("empty",) and recs[0].scheduled == (("a", 10),)
