@@ -72,19 +72,23 @@ class HostOverlapCostModel:
         self.asynchronous = asynchronous
         self.kind = inner.kind
         self.frontend_s = host.frontend_s
+        self._inner_step = inner.step_time  # step_time is hot: bind once
+        self._scale, self._step_s, self._seq_s = host.gpu_scale, host.step_s, host.seq_s
 
     def _host_s(self, seqs: int) -> float:
-        return self.host.step_s + self.host.seq_s * seqs
+        return self._step_s + self._seq_s * seqs
 
     def step_time(self, batch: BatchShape) -> float:
-        gpu = self.inner.step_time(batch) * self.host.gpu_scale
+        gpu = self._inner_step(batch) * self._scale
         if gpu <= 0.0:
             return 0.0
-        host = self._host_s(batch.prefill_seqs + batch.decode_seqs)
-        return max(gpu, host) if self.asynchronous else gpu + host
+        host = self._step_s + self._seq_s * (batch.prefill_seqs + batch.decode_seqs)
+        if self.asynchronous:
+            return gpu if gpu > host else host
+        return gpu + host
 
     def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
-        gpu = self.inner.decode_run(seqs, kv_tokens, steps) * self.host.gpu_scale
+        gpu = self.inner.decode_run(seqs, kv_tokens, steps) * self._scale
         if seqs == 0:
             return gpu
         host = self._host_s(seqs)
