@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from latsim.costmodel.batch import BatchShape, CostModel
 from latsim.engine.cohort import DecodeCohort
-from latsim.engine.request import RUNNING, Req
+from latsim.engine.request import RUNNING, Req, advance_request
 from latsim.engine.scheduler import SchedulerLimits, StepPlan, VllmScheduler
 from latsim.engine.shape import step_shape
 
@@ -186,19 +186,8 @@ class FastVllmScheduler(VllmScheduler):
         finished = cohort.pop_finished() if k else []
         joiners: list[Req] = []
         for req, n in plan.scheduled:
-            req.num_computed += n
-            if req.num_computed < req.num_tokens:
-                continue
-            req.generated += 1
-            if track:
-                req.lag = 1 if req.sampled_at == index - 1 else 0
-                req.sampled_at = index
-            if req.generated == 1:
-                req.first_token = end
-            else:
-                rec.gap(end - req.last_token)
-            req.last_token = end
-            (finished if req.generated >= req.target else joiners).append(req)
+            if advance_request(req, n, end, index, track, rec.gap):
+                (finished if req.generated >= req.target else joiners).append(req)
         candidates = self.running if not k else self.others + plan.new
         done = self._retire(finished, end) if finished else 0
         for req in joiners:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -95,3 +96,27 @@ class Req:
     def __repr__(self) -> str:
         return (f"Req({self.idx}, prompt={self.prompt}, gen={self.generated}/{self.target}, "
                 f"computed={self.num_computed}, blocks={self.num_blocks})")
+
+
+def advance_request(req: Req, n: int, now: float, index: int, track_lag: bool,
+                    gap: Callable[[float], None] | None) -> bool:
+    """Apply ``n`` computed tokens of step ``index`` that ended at ``now``; True if a token was sampled.
+
+    A token is sampled when the step reaches the end of the request's known tokens (its prompt
+    or the previous token).  Records the first-token time, the inter-token gap (through
+    ``gap``), and, when ``track_lag`` (asynchronous scheduling), whether the previous token came
+    from the step just before (``Req.lag``).
+    """
+    req.num_computed += n
+    if req.num_computed < req.num_tokens:
+        return False
+    req.generated += 1
+    if track_lag:
+        req.lag = 1 if req.sampled_at == index - 1 else 0
+        req.sampled_at = index
+    if req.generated == 1:
+        req.first_token = now
+    elif gap is not None:
+        gap(now - req.last_token)
+    req.last_token = now
+    return True

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from latsim.engine.kvmanager import KVManager
-from latsim.engine.request import FINISHED, PREEMPTED, RUNNING, Req
+from latsim.engine.request import FINISHED, PREEMPTED, RUNNING, Req, advance_request
 
 if TYPE_CHECKING:
     from latsim.engine.recorder import Recorder
@@ -259,19 +259,7 @@ class VllmScheduler:
         gap = self.recorder.gap if self.recorder is not None else None
         index, track = self.step_index, self.limits.async_scheduling  # Req.lag matters only then
         for req, n in plan.scheduled:
-            req.num_computed += n
-            if req.num_computed < req.num_tokens:
-                continue
-            req.generated += 1
-            if track:
-                req.lag = 1 if req.sampled_at == index - 1 else 0
-                req.sampled_at = index
-            if req.generated == 1:
-                req.first_token = now
-            elif gap is not None:
-                gap(now - req.last_token)
-            req.last_token = now
-            if req.generated >= req.target:
+            if advance_request(req, n, now, index, track, gap) and req.generated >= req.target:
                 finished.append(req)
         if finished:
             self.retire(finished, now)
