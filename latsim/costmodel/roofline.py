@@ -166,8 +166,12 @@ def hot_path(forms: Sequence[TimeForm]) -> HotPath:
     return HotPath(tuple(maxed), tuple(ordered))
 
 
-def _total(hot: HotPath, x: Sequence[Num]) -> Num:
-    """Sum of ``max(compute, memory)`` over operators plus the linear part: the one hot loop."""
+def _total(hot: HotPath, x: Sequence[Num], vector: bool = True) -> Num:
+    """Sum of ``max(compute, memory)`` over operators plus the linear part: the one hot loop.
+
+    ``vector=False`` promises that every feature is a plain number (``step_time``), which
+    skips the array checks; the arithmetic is the same either way.
+    """
     total: Num = 0.0
     for compute, memory in hot.maxed:
         c: Num = 0.0
@@ -176,7 +180,7 @@ def _total(hot: HotPath, x: Sequence[Num]) -> Num:
         m: Num = 0.0
         for j, k in memory:
             m = m + k * x[j]
-        total = total + _maximum(c, m)
+        total = total + (_maximum(c, m) if vector else (c if c >= m else m))
     for j, k in hot.linear:
         total = total + k * x[j]
     return total
@@ -208,7 +212,7 @@ class RooflineCostModel:
 
     def step_time(self, batch: BatchShape) -> float:
         """Seconds for one engine step on this deployment; 0.0 for an empty batch."""
-        return float(_total(self._hot, self._features(batch)))
+        return float(_total(self._hot, self._features(batch), vector=False))
 
     def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
         """Times of ``steps`` decode-only steps of ``seqs`` sequences, context ``kv_tokens + i*seqs``.
