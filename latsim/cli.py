@@ -36,7 +36,7 @@ def predict(
     tp: Annotated[int | None, Opt(help="Tensor-parallel GPUs per replica")] = None,
     replicas: Annotated[int | None, Opt(help="Engine replicas behind the router")] = None,
     router: Annotated[str | None, Opt(help="round-robin | least-outstanding")] = None,
-    engine: Annotated[str | None, Opt(help="vllm | static")] = None,
+    engine: Annotated[str | None, Opt(help="vllm | static | vllm-exact (vLLM's own scheduler, ~0.5 ms/step)")] = None,
     weight_dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8 | int8 | int4")] = None,
     kv_cache_dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8")] = None,
     qps: Annotated[float | None, Opt(help="Mean request rate (req/s)")] = None,

@@ -111,7 +111,7 @@ def _flash_vllm(ctx: BenchContext, qkv: tuple[Any, ...], meta: tuple[Any, ...], 
 
     q, k, v = qkv
     cu_q, cu_k, max_q, max_k = meta
-    kwargs = {"fa_version": 3} if ctx.probes.get("attention_fa3", True) else {}
+    kwargs: dict[str, Any] = {"fa_version": 3} if ctx.probes.get("attention_fa3", True) else {}
     try:
         return flash_attn_varlen_func(q, k, v, max_seqlen_q=max_q, cu_seqlens_q=cu_q, max_seqlen_k=max_k,
                                       cu_seqlens_k=cu_k, causal=causal, **kwargs)

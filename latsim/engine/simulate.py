@@ -67,7 +67,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
 
         cost_model = build_cost_model(deployment.model, deployment.device, deployment.tp,
                                       deployment.weight_dtype, deployment.kv_dtype,
-                                      asynchronous=engine.async_scheduling and engine.engine == "vllm")
+                                      asynchronous=engine.async_scheduling and engine.engine != "static")
     horizon = default_horizon(trace) if horizon_s is None else horizon_s
     requests = _requests(trace, memory.block_size)
     env = simpy.Environment()

@@ -2,11 +2,14 @@
 
 This is the oracle for latsim's scheduler: the same step-indexed request stream goes through
 vLLM's ``Scheduler`` (or ``AsyncScheduler``) with a fake model runner, and every ``schedule()``
-becomes a :class:`StepRecord`. vLLM is an optional dependency imported only when
-:func:`run_vllm_scheduler` is called; the semantics it exhibits are written up in
-``docs/vllm-v1-scheduling.md``.
+becomes a :class:`StepRecord`. vLLM is an optional dependency imported only when a scheduler
+is built (:func:`build_vllm_scheduler`); the semantics it exhibits are written up in
+``docs/vllm-v1-scheduling.md``. The same pieces (:func:`build_vllm_scheduler`,
+:class:`VllmCore`) drive ``--engine vllm-exact`` on latsim's clock
+(:mod:`latsim.engine.vllm_exact_scheduler`). This module imports nothing from latsim but
+:mod:`latsim.engine.steprecord`: the oracle runs it in vLLM's reference python.
 
-Design note on the loop (:meth:`_Driver.engine_step`): it mirrors the engine core's
+Design note on the loop (:meth:`VllmCore.engine_step`): it mirrors the engine core's
 ``EngineCore.step`` (synchronous) and ``EngineCore.step_with_batch_queue`` (asynchronous, two
 batches in flight) in ``vllm/v1/engine/core.py``: a step is scheduled only when the scheduler
 ``has_requests()``; with async scheduling the output of step N is applied right *after* step
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import random
+import sys
 import tempfile
 from collections import deque
 from collections.abc import Sequence
@@ -98,8 +103,8 @@ def run_vllm_scheduler(
     is not installed.
     """
     _check_stream(stream)
-    _check_pool(num_gpu_blocks, block_size, max_model_len)
-    scheduler = _build_scheduler(
+    check_pool(num_gpu_blocks, block_size, max_model_len)
+    scheduler = build_vllm_scheduler(
         num_gpu_blocks=num_gpu_blocks,
         block_size=block_size,
         max_num_seqs=max_num_seqs,
@@ -114,11 +119,19 @@ def run_vllm_scheduler(
         scheduler_reserve_full_isl=scheduler_reserve_full_isl,
         watermark=watermark,
     )
-    driver = _Driver(scheduler, stream, max_model_len, seed, in_flight=2 if async_scheduling else 1)
-    return driver.run(max_steps)
+    core = VllmCore(scheduler, max_model_len, seed, in_flight=2 if async_scheduling else 1)
+    return _Driver(core, stream).run(max_steps)
 
 
 def _import_vllm() -> Any:
+    """Import vLLM; on first import its log goes to stderr, warnings only, unless already set.
+
+    vLLM logs to stdout by default, where latsim writes its results (``--json``); the
+    ``VLLM_LOGGING_*`` variables are read once, when vLLM is first imported.
+    """
+    if "vllm" not in sys.modules:
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     try:
         import vllm
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -142,7 +155,8 @@ def _check_stream(stream: Sequence[StreamRequest]) -> None:
             raise ValueError(f"{r.request_id}: prefix_tokens {r.prefix_tokens} must be in [0, prompt_tokens]")
 
 
-def _check_pool(num_gpu_blocks: int, block_size: int, max_model_len: int) -> None:
+def check_pool(num_gpu_blocks: int, block_size: int, max_model_len: int) -> None:
+    """Raise ``ValueError`` when vLLM would refuse to start with this KV pool."""
     # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory: the engine refuses to start
     # unless one max_model_len sequence fits, i.e. num_blocks >= ceil(max_model_len / block).
     needed = -(-max_model_len // block_size)
@@ -161,7 +175,7 @@ def _stub_model_dir() -> str:
     return str(path)
 
 
-def _build_scheduler(**kw: Any) -> Any:
+def build_vllm_scheduler(**kw: Any) -> Any:
     """vLLM's scheduler for one full-attention KV group of ``num_gpu_blocks`` blocks."""
     _import_vllm()
     import torch
@@ -232,7 +246,7 @@ def prompt_token_ids(req: StreamRequest, seed: int) -> list[int]:
 
 
 @dataclass
-class _Draft:
+class Draft:
     """A step's record while it is being filled in (``finished`` may arrive a step later)."""
 
     step: int
@@ -256,54 +270,48 @@ class _Draft:
 
 
 @dataclass
-class _InFlight:
-    """A scheduled step whose model output has not been applied yet."""
+class InFlight:
+    """A scheduled step whose model output may not have been applied yet.
 
-    draft: _Draft
+    ``sampling`` are the requests that sample a token in it, ``computed`` each scheduled
+    request's ``num_computed_tokens`` once the step has run; ``applied`` turns true once
+    ``update_from_output`` has consumed it (``draft.finished`` is then final).
+    """
+
+    draft: Draft
     output: Any
     sampling: frozenset[str]
+    computed: dict[str, int] = field(default_factory=dict)
+    applied: bool = False
 
 
-class _Driver:
-    """Feeds arrivals, calls ``schedule``/``update_from_output`` and fills the drafts."""
+class VllmCore:
+    """vLLM's engine-core loop around a scheduler, with a fake model runner.
 
-    def __init__(
-        self, scheduler: Any, stream: Sequence[StreamRequest], max_model_len: int, seed: int, in_flight: int
-    ) -> None:
+    :meth:`engine_step` is one iteration of ``EngineCore.step`` (``in_flight=1``) or
+    ``EngineCore.step_with_batch_queue`` (``in_flight=2``): schedule when the scheduler has
+    requests, then apply the oldest output once the batch queue is full (or nothing more can
+    be scheduled). Sampled token ids come from a ``random.Random`` seeded by ``seed``.
+    ``peak_blocks_used`` is the most KV blocks in use right after a ``schedule()`` (before the
+    output of the step before is applied), out of ``num_gpu_blocks - 1``.
+    """
+
+    def __init__(self, scheduler: Any, max_model_len: int, seed: int, in_flight: int) -> None:
         self.scheduler = scheduler
         self.max_model_len = max_model_len
         self.seed = seed
         self.in_flight = in_flight
         self.token_rng = random.Random(f"{seed}:sampled")
-        self.arrivals: dict[int, list[StreamRequest]] = {}
-        for req in stream:
-            self.arrivals.setdefault(req.arrival_step, []).append(req)
-        self.outstanding = {r.request_id for r in stream}
-        self.queue: deque[_InFlight] = deque()
-        self.drafts: list[_Draft] = []
+        self.queue: deque[InFlight] = deque()
+        self.peak_blocks_used = 0
+        self.num_preemptions = 0
         self._hasher = _block_hasher(scheduler)
+        self._pool = scheduler.kv_cache_manager.block_pool
+        self._usable = self._pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
 
-    def run(self, max_steps: int) -> list[StepRecord]:
-        for step in range(max_steps):
-            if not self.outstanding:
-                break
-            draft = _Draft(step)
-            self.drafts.append(draft)
-            draft.rejected = self.add_arrivals(step)
-            self.engine_step(draft)
-        while self.queue:
-            self.apply(self.queue.pop())
-        return [d.freeze() for d in self.drafts]
-
-    def add_arrivals(self, step: int) -> tuple[str, ...]:
-        rejected = []
-        for req in self.arrivals.get(step, ()):
-            if rejected_by_front_end(req.prompt_tokens, req.output_tokens, self.max_model_len):
-                rejected.append(req.request_id)
-                self.outstanding.discard(req.request_id)
-            else:
-                self.scheduler.add_request(self.make_request(req))
-        return tuple(rejected)
+    def add(self, req: StreamRequest) -> None:
+        """Hand ``req`` to the scheduler (the caller has checked the front end accepts it)."""
+        self.scheduler.add_request(self.make_request(req))
 
     def make_request(self, req: StreamRequest) -> Any:
         from vllm.sampling_params import SamplingParams
@@ -319,37 +327,51 @@ class _Driver:
             block_hasher=self._hasher,
         )
 
-    def engine_step(self, draft: _Draft) -> None:
-        """One engine-core iteration (``EngineCore.step`` / ``step_with_batch_queue``)."""
+    def engine_step(self, draft: Draft) -> tuple[InFlight | None, InFlight | None]:
+        """One engine-core iteration: ``(item scheduled or None, item applied or None)``."""
+        item = None
         if self.scheduler.has_requests():
             item = self.schedule(draft)
             self.queue.appendleft(item)
             executed = item.output.total_num_scheduled_tokens > 0
             if len(self.queue) < self.in_flight and (executed or self.scheduler.has_requests()):
-                return
+                return item, None
         elif not self.queue:
-            return
-        self.apply(self.queue.pop())
+            return None, None
+        done = self.queue.pop()
+        self.apply(done)
+        return item, done
 
-    def schedule(self, draft: _Draft) -> _InFlight:
+    def drain(self) -> None:
+        """Apply every output still in flight, oldest first."""
+        while self.queue:
+            self.apply(self.queue.pop())
+
+    def schedule(self, draft: Draft) -> InFlight:
         running_before = [r.request_id for r in self.scheduler.running]
         out = self.scheduler.schedule()
+        used = self._usable - self._pool.get_num_free_blocks()
+        if used > self.peak_blocks_used:
+            self.peak_blocks_used = used
         requests = self.scheduler.requests
         draft.scheduled = tuple(out.num_scheduled_tokens.items())
         admitted = {d.req_id for d in out.scheduled_new_reqs}
         admitted |= set(out.scheduled_cached_reqs.resumed_req_ids)
         draft.new = tuple(rid for rid, _ in draft.scheduled if rid in admitted)
+        computed = {rid: requests[rid].num_computed_tokens for rid, _ in draft.scheduled}
         for rid, n in draft.scheduled:
-            hits = requests[rid].num_computed_tokens - n
+            hits = computed[rid] - n
             if rid in admitted and hits > 0:
                 draft.cached_tokens[rid] = hits
         draft.preempted = _preemption_order(running_before, out.preempted_req_ids)
+        self.num_preemptions += len(draft.preempted)
         # The model runner samples for a request whose scheduled tokens reach the end of its
         # known tokens (prefill done, or decoding); a partial prefill chunk samples nothing.
         sampling = frozenset(rid for rid, _ in draft.scheduled if not requests[rid].is_prefill_chunk)
-        return _InFlight(draft, out, sampling)
+        return InFlight(draft, out, sampling, computed)
 
-    def apply(self, item: _InFlight) -> None:
+    def apply(self, item: InFlight) -> None:
+        """``update_from_output`` with one sampled token per sampling request."""
         from vllm.v1.outputs import ModelRunnerOutput
 
         ids = list(item.output.num_scheduled_tokens)
@@ -358,14 +380,48 @@ class _Driver:
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=tokens
         )
         engine_outputs = self.scheduler.update_from_output(item.output, runner_output)
-        finished = tuple(
+        item.draft.finished = tuple(
             o.request_id
             for outs in engine_outputs.values()
             for o in outs.outputs
             if o.finish_reason is not None
         )
-        item.draft.finished = finished
-        self.outstanding.difference_update(finished)
+        item.applied = True
+
+
+class _Driver:
+    """Feeds a step-indexed stream's arrivals to a :class:`VllmCore` and keeps the drafts."""
+
+    def __init__(self, core: VllmCore, stream: Sequence[StreamRequest]) -> None:
+        self.core = core
+        self.arrivals: dict[int, list[StreamRequest]] = {}
+        for req in stream:
+            self.arrivals.setdefault(req.arrival_step, []).append(req)
+        self.outstanding = {r.request_id for r in stream}
+        self.drafts: list[Draft] = []
+
+    def run(self, max_steps: int) -> list[StepRecord]:
+        for step in range(max_steps):
+            if not self.outstanding:
+                break
+            draft = Draft(step)
+            self.drafts.append(draft)
+            draft.rejected = self.add_arrivals(step)
+            _, applied = self.core.engine_step(draft)
+            if applied is not None:
+                self.outstanding.difference_update(applied.draft.finished)
+        self.core.drain()
+        return [d.freeze() for d in self.drafts]
+
+    def add_arrivals(self, step: int) -> tuple[str, ...]:
+        rejected = []
+        for req in self.arrivals.get(step, ()):
+            if rejected_by_front_end(req.prompt_tokens, req.output_tokens, self.core.max_model_len):
+                rejected.append(req.request_id)
+                self.outstanding.discard(req.request_id)
+            else:
+                self.core.add(req)
+        return tuple(rejected)
 
 
 def _preemption_order(running_before: list[str], preempted_ids: set[str]) -> tuple[str, ...]:
