@@ -101,3 +101,10 @@ def test_models_and_devices_list(monkeypatch, capsys):
     assert code == 0 and "llama-3.1-70b" in out and "mixtral-8x7b" in out
     code, out, _ = run(["devices"], monkeypatch, capsys)
     assert code == 0 and "h200" in out and "mi300x" in out
+
+
+def test_async_scheduling_is_a_setting_that_changes_the_timing(monkeypatch, capsys):
+    _, on, _ = run(["predict", *SMALL, "--json"], monkeypatch, capsys)
+    code, off, _ = run(["predict", *SMALL, "--json", "--no-async-scheduling"], monkeypatch, capsys)
+    assert code == 0
+    assert json.loads(on)["ttft_ms"] != json.loads(off)["ttft_ms"]
