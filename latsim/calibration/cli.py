@@ -48,12 +48,12 @@ def resolve_device(device: str, backend: str) -> DeviceSpec | None:
     """The catalog device to calibrate (None for the CPU backend); ValueError on a mismatch."""
     from latsim.catalog import load_device
 
+    spec = load_device(device) if device != "auto" and backend != "cpu" else None  # unknown name first
     found = _gpu_name(backend)
     if backend == "cpu":
         return None
-    if device == "auto":
+    if spec is None:
         return detect_device(found)
-    spec = load_device(device)
     if not name_matches(found, spec.name, spec.aliases):
         raise ValueError(f"--device {device} was asked for, but this machine's GPU is {found!r}")
     return spec

@@ -58,3 +58,10 @@ def test_fit_only_prints_held_out_error(tmp_path: Path, profile_copy: Path, monk
 def test_cpu_backend_needs_out(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = _run(monkeypatch, capsys, "--backend", "cpu")
     assert code == 2 and "--out" in err
+
+
+def test_unknown_device_is_named_before_looking_for_a_gpu(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(calib_cli, "_gpu_name", lambda backend: "NVIDIA H200")
+    code, err = _run(monkeypatch, capsys, "--device", "h1000")
+    assert code == 2 and "unknown device 'h1000'" in err and "h100" in err
