@@ -66,7 +66,7 @@ def predict(
     """Simulate a deployment under a workload and report latency percentiles."""
     from latsim.engine.simulate import simulate
     from latsim.metrics.summary import SLO
-    from latsim.report.output import json_safe, write_outputs
+    from latsim.report.output import json_default, json_safe, write_outputs
     from latsim.report.tables import latency_table, system_table
     from latsim.scenario import build_deployment, build_trace, merge
 
@@ -91,18 +91,12 @@ def predict(
     if out_dir:
         write_outputs(result, out_dir)
     if as_json:
-        print(json.dumps(json_safe(result.summary), allow_nan=False, default=_json_default))
+        print(json.dumps(json_safe(result.summary), allow_nan=False, default=json_default))
         return
     title = (f"{deployment.model.name} on {deployment.replicas} replica(s) x TP{deployment.tp} "
              f"{deployment.device.name} ({deployment.engine.engine})")
     out.print(latency_table(result.summary))
     out.print(system_table(result.summary, title))
-
-
-def _json_default(x: object) -> object:
-    if hasattr(x, "item"):
-        return x.item()  # numpy scalar
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
 def _check_outcome(summary: dict, num_requests: int) -> None:

@@ -89,19 +89,16 @@ def _lengths_given_together(flags: Settings, merged: dict) -> None:
             merged[dist] = None
 
 
+ENGINE_KEYS = tuple(f.name for f in fields(EngineConfig) if f.name != "static_batch_size")
+DEPLOYMENT_KEYS = ("tp", "replicas", "router", "weight_dtype", "kv_dtype")
+
+
 def build_deployment(s: Settings) -> Deployment:
-    engine = EngineConfig(
-        engine=s.engine or "vllm", max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
-        block_size=s.block_size or 16, gpu_memory_utilization=s.gpu_memory_utilization or 0.92,
-        max_model_len=s.max_model_len, enable_chunked_prefill=bool(s.enable_chunked_prefill),
-        enable_prefix_caching=bool(s.enable_prefix_caching), async_scheduling=bool(s.async_scheduling),
-        num_gpu_blocks=s.num_gpu_blocks,
-    )
-    return Deployment(
-        model=load_model(s.model or "llama-3.1-8b"), device=load_device(s.device or "h100"), tp=s.tp or 1,
-        replicas=s.replicas or 1, router=s.router or "round-robin", weight_dtype=s.weight_dtype or "bf16",
-        kv_dtype=s.kv_dtype or "bf16", engine=engine,
-    )
+    """The deployment of ``s``; anything still unset takes :data:`DEFAULTS` (one place)."""
+    s = merge(s, None)
+    engine = EngineConfig(**{k: getattr(s, k) for k in ENGINE_KEYS})
+    return Deployment(model=load_model(s.model or ""), device=load_device(s.device or ""), engine=engine,
+                      **{k: getattr(s, k) for k in DEPLOYMENT_KEYS})
 
 
 def build_trace(s: Settings) -> RequestTrace:

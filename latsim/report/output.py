@@ -16,7 +16,7 @@ def write_outputs(result, out_dir: str | Path) -> None:
     records = result.records
     atomic_write(out / "requests.parquet", lambda f: records.to_parquet(f, index=False))
     body = {"summary": result.summary, "memory": result.memory.as_dict(), **result.extra}
-    text = json.dumps(json_safe(body), indent=2, allow_nan=False, default=_plain)
+    text = json.dumps(json_safe(body), indent=2, allow_nan=False, default=json_default)
     atomic_write_text(out / "summary.json", text + "\n")
 
 
@@ -31,7 +31,8 @@ def json_safe(obj: object) -> object:
     return obj
 
 
-def _plain(x: object) -> object:
+def json_default(x: object) -> object:
+    """``json.dumps`` fallback: numpy scalars become Python numbers."""
     if hasattr(x, "item"):
         return x.item()
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
