@@ -158,7 +158,10 @@ async def measure(args: argparse.Namespace, settings: EngineSettings,
         for i, (shape, root, meta) in enumerate(runs):
             args.shape = shape
             args.shape_end = time.monotonic() + left(args, t_start) / (len(runs) - i)
-            session = await EngineSession(engine, RunOptions(seed=args.seed), meta).start()
+            warm = args.warmup if i == 0 else 0  # the first shape's warm-up serves the engine
+            options = RunOptions(seed=args.seed, warmup_requests=warm, warmup_max_input_tokens=2048,
+                                 warmup_max_output_tokens=128)
+            session = await EngineSession(engine, options, meta).start()
             results.append(await run_all(args, session, root, t_start))
     finally:
         engine.shutdown()
@@ -226,6 +229,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
     p.add_argument("--tar", action="store_true", help="pack the run tree into one .tar.gz")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=512, help="requests in the unrecorded warm-up burst "
+                   "(inputs 16..2048, outputs 1..128 tokens)")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--gpu-memory-utilization", type=float)

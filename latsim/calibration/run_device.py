@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from latsim.calibration.grid import FAMILIES
 from latsim.calibration.progress import RunDisplay, timing_table
 from latsim.calibration.runner import RunRequest, run_calibration
 
@@ -33,14 +34,22 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick-too", action="store_true", help="run the quick grid before the full one")
     ap.add_argument("--only", choices=("quick", "full"), help="run just this grid")
     ap.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
-    return ap.parse_args(argv)
+    ap.add_argument("--families", default=",".join(FAMILIES),
+                    help=f"comma-separated families to run (of {','.join(FAMILIES)})")
+    args = ap.parse_args(argv)
+    args.families = tuple(f.strip() for f in args.families.split(",") if f.strip())
+    unknown = sorted(set(args.families) - set(FAMILIES))
+    if unknown or not args.families:
+        ap.error(f"--families {','.join(unknown) or '(empty)'}: not a family; known: {', '.join(FAMILIES)}")
+    return args
 
 
 def _run_grid(grid: str, args: argparse.Namespace, console: Console) -> dict[str, object]:
     folder = WORK / grid
     display = RunDisplay(console)
     req = RunRequest(out=folder, device=args.device if args.backend == "cuda" else "cpu", grid=grid,
-                     backend=args.backend, resume=True, max_seconds=CAPS_S[grid])
+                     backend=args.backend, resume=True, max_seconds=CAPS_S[grid],
+                     families=args.families)
     try:
         profile = run_calibration(req, on_point=display.on_point, on_start=display.on_start)
     finally:

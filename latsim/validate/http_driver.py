@@ -31,6 +31,7 @@ from latsim.validate.loadgen import (
     Recorder,
     RequestFailed,
     RequestSpec,
+    prompt_stream,
     prompt_token_ids,
     run_load,
     run_meta,
@@ -83,7 +84,7 @@ def completions_url(endpoint: str) -> str:
 
 def text_prompt(spec: RequestSpec, seed: int) -> str:
     """About ``input_tokens`` common words; a prefix group's requests share their first words."""
-    words = np.random.default_rng([seed, spec.index]).integers(0, len(_WORDS), spec.input_tokens)
+    words = prompt_stream(seed, spec.request_id).integers(0, len(_WORDS), spec.input_tokens)
     shared = min(spec.prefix_tokens, spec.input_tokens) if spec.prefix_group >= 0 else 0
     if shared:
         words[:shared] = np.random.default_rng([seed, 1 << 40, spec.prefix_group]).integers(

@@ -23,6 +23,7 @@ stops the whole run at ``deadline_s``: requests still in flight are then recorde
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -110,17 +111,27 @@ def specs_from_trace(trace: RequestTrace, load: LoadSpec, id_prefix: str = "req"
     ]
 
 
+def prompt_stream(seed: int, request_id: str) -> np.random.Generator:
+    """The random stream of one request's prompt: seeded by ``seed`` and the request id.
+
+    Keying by the id (which carries the level or run prefix) rather than by position keeps
+    prompts of different levels distinct: with the same index they would repeat, and the
+    engine's prefix cache would serve later levels' prompts from earlier ones.
+    """
+    key = int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "little")
+    return np.random.default_rng([seed, key])
+
+
 def prompt_token_ids(spec: RequestSpec, seed: int, vocab_size: int) -> list[int]:
     """Deterministic random prompt ids in ``[10, vocab_size)``.
 
-    Different requests draw from independent streams (seeded by ``(seed, index)``), so they
-    share no prefix by accident; requests of one prefix group start with the same
-    ``prefix_tokens`` ids (drawn from a stream seeded by the group; a shorter prefix is the
-    head of a longer one).
+    Different requests draw from independent streams (:func:`prompt_stream`), so they share no
+    prefix by accident; requests of one prefix group start with the same ``prefix_tokens`` ids
+    (drawn from a stream seeded by the group; a shorter prefix is the head of a longer one).
     """
     if vocab_size <= 10:
         raise ValueError(f"vocab_size={vocab_size} must be > 10")
-    ids = np.random.default_rng([seed, spec.index]).integers(10, vocab_size, spec.input_tokens)
+    ids = prompt_stream(seed, spec.request_id).integers(10, vocab_size, spec.input_tokens)
     shared = min(spec.prefix_tokens, spec.input_tokens) if spec.prefix_group >= 0 else 0
     if shared:
         group_rng = np.random.default_rng([seed, 1 << 40, spec.prefix_group])

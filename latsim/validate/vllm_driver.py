@@ -18,12 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import inspect
 import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from latsim.validate.loadgen import LoadSpec, Recorder, RequestSpec, prompt_token_ids, run_load, run_meta
 from latsim.validate.loadgen import specs_from_trace as _specs
@@ -187,25 +190,52 @@ def versions() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Prompt seed, warm-up size, and the sampling-params factory (tests pass a fake)."""
+    """Prompt seed, warm-up size, and the sampling-params factory (tests pass a fake).
+
+    The warm-up is a burst of ``warmup_requests`` with input lengths spread evenly over
+    ``[16, warmup_max_input_tokens]`` and output lengths over ``[1, warmup_max_output_tokens]``,
+    so the running batch shrinks through every size and prefills of many lengths run once
+    before anything is measured (kernels compiled on first use stay out of the levels).
+    """
 
     seed: int = 0
     warmup_requests: int = 8
-    warmup_input_tokens: int = 64
-    warmup_output_tokens: int = 16
+    warmup_max_input_tokens: int = 64
+    warmup_max_output_tokens: int = 16
+    reset_prefix_cache: bool = True
     params: ParamsFactory | None = None
     vocab_size: int | None = None
 
 
+def warmup_trace(opt: RunOptions) -> RequestTrace:
+    """The warm-up burst of :class:`RunOptions` (deterministic, lengths interleaved)."""
+    n = opt.warmup_requests
+    inputs = np.linspace(16, max(16, opt.warmup_max_input_tokens), n).round().astype(np.int64)
+    outputs = np.linspace(1, max(1, opt.warmup_max_output_tokens), n).round().astype(np.int64)
+    order = np.random.default_rng([opt.seed, 7]).permutation(n)
+    return RequestTrace.from_arrays(np.zeros(n), inputs[order], outputs)
+
+
 async def warm_up(backend: VllmBackend, opt: RunOptions) -> None:
     """A short unrecorded burst, so compilation and first-use costs stay out of level 1."""
-    n = opt.warmup_requests
-    if n <= 0:
+    if opt.warmup_requests <= 0:
         return
-    trace = RequestTrace.from_arrays([0.0] * n, [opt.warmup_input_tokens] * n,
-                                     [opt.warmup_output_tokens] * n)
     load = LoadSpec(mode="burst", request_timeout_s=300.0)
-    await run_load(backend, _specs(trace, load, id_prefix="warmup"), load)
+    await run_load(backend, _specs(warmup_trace(opt), load, id_prefix="warmup"), load)
+
+
+async def reset_prefix_cache(engine: Any) -> bool | None:
+    """Empty the engine's prefix cache (``AsyncLLM.reset_prefix_cache``); ``None`` if it has none.
+
+    Called before each level so that no level is served from blocks an earlier one cached.
+    """
+    method = getattr(engine, "reset_prefix_cache", None)
+    if method is None:
+        return None
+    result = method()
+    if inspect.isawaitable(result):
+        result = await result
+    return bool(result) if result is not None else True
 
 
 class EngineSession:
@@ -233,10 +263,11 @@ class EngineSession:
     async def run(self, level: Level, out_root: str | os.PathLike[str] | None) -> Measurement:
         """Offer one level; with ``out_root`` also write ``out_root/<level.name>/``."""
         specs = _specs(level.trace, level.load, id_prefix=level.name)
+        reset = await reset_prefix_cache(self.engine) if self.options.reset_prefix_cache else None
         started = dt.datetime.now(dt.timezone.utc).isoformat()
         records, duration = await run_load(self.backend, specs, level.load)
         full_meta = {**run_meta("vllm", level.trace, level.load, records, started, duration),
-                     "level": level.name, **self.meta}
+                     "level": level.name, "prefix_cache_reset": reset, **self.meta}
         out_dir = None if out_root is None else Path(out_root) / level.name
         if out_dir is not None:
             write_run(out_dir, records, full_meta)

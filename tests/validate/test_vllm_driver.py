@@ -65,6 +65,10 @@ class FakeEngine:
     def shutdown(self) -> None:
         self.calls.append(("shutdown", [], 0))
 
+    async def reset_prefix_cache(self) -> bool:
+        self.calls.append(("reset_prefix_cache", [], 0))
+        return True
+
     async def generate(self, prompt: dict[str, Any], params: int, request_id: str):
         ids = prompt["prompt_token_ids"]
         if len(ids) + params > self.vllm_config.model_config.max_model_len:
@@ -110,13 +114,29 @@ def test_levels_are_measured_and_written(tmp_path: Path) -> None:
     assert set(cfg["versions"]) >= {"vllm", "torch", "gpu", "driver"}
     assert loaded.meta["level"] == "open" and loaded.meta["model"] == {"name": "fake"}
     assert load_run(tmp_path / "closed").meta["load"]["mode"] == "concurrency"
+    # the prefix cache is emptied before each level, after the warm-up
+    names = [c[0] for c in engine.calls]
+    resets = [i for i, n in enumerate(names) if n == "reset_prefix_cache"]
+    assert len(resets) == 2 and names[resets[0] - 1].startswith("warmup-")
+    assert names[resets[1] - 1].startswith("open-") and names[resets[1] + 1].startswith("closed-")
+    assert loaded.meta["prefix_cache_reset"] is True
+
+
+def test_levels_never_repeat_prompts() -> None:
+    """Request i of one level and request i of the next must not share a prefix."""
+    engine = FakeEngine()
+    run(run_levels(engine, [Level("a", trace(4)), Level("b", trace(4))], None,
+                   RunOptions(params=lambda n: n, warmup_requests=4, warmup_max_input_tokens=32)))
+    prompts = [ids for rid, ids, _ in engine.calls if ids]
+    heads = {tuple(ids[:8]) for ids in prompts}
+    assert len(prompts) == 12 and len(heads) == 12
 
 
 def test_prompts_are_distinct_unless_a_prefix_is_shared() -> None:
     engine = FakeEngine()
     tr = trace(4, inp=40, prefix_group=[0, 0, -1, 1], prefix_tokens=[16, 16, 0, 16])
     run(run_levels(engine, [Level("p", tr)], None, RunOptions(params=lambda n: n, warmup_requests=0)))
-    prompts = {rid: ids for rid, ids, _ in engine.calls}
+    prompts = {rid: ids for rid, ids, _ in engine.calls if ids}
     a, b, c, d = (prompts[f"p-{i}"] for i in range(4))
     assert a[:16] == b[:16] and a[16:] != b[16:]
     assert len({a[0], c[0], d[0]}) == 3 and all(len(p) == 40 for p in (a, b, c, d))
@@ -240,14 +260,17 @@ def test_device_script_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         return engines[-1]
 
     monkeypatch.setattr(dm, "build_engine", fake_build)
-    monkeypatch.setattr(dm, "RunOptions", lambda seed: RunOptions(seed=seed, params=lambda n: n))
+    monkeypatch.setattr(dm, "RunOptions", lambda seed, **kw: RunOptions(seed=seed, params=lambda n: n, **kw))
     cfg = tmp_path / "cfg"
     cfg.mkdir()
     (cfg / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     dm.main(["--config-dir", str(cfg), "--model", "tiny", "--shape", "fixed:in=16,out=4", "--burst", "10",
-             "--level-seconds", "0.3", "--fractions", "0.1", "--out", str(tmp_path / "out"), "--tar",
+             "--level-seconds", "0.3", "--fractions", "0.1", "--warmup", "4", "--out", str(tmp_path / "out"), "--tar",
              "--max-num-seqs", "64", "--engine-arg", "enforce_eager=true", "--engine-arg", "kv_cache_dtype=fp8"])
     assert engines[0].calls[-1][0] == "shutdown"
+    warmup = [(len(ids), n) for rid, ids, n in engines[0].calls if rid.startswith("warmup-")]
+    assert sorted(i for i, _ in warmup) == [16, 693, 1371, 2048]  # spread over 16..2048
+    assert sorted(n for _, n in warmup) == [1, 43, 86, 128]  # and 1..128 tokens
     assert settings[0].max_num_seqs == 64
     assert settings[0].extra == {"enforce_eager": True, "kv_cache_dtype": "fp8"}
     root = tmp_path / "out" / "tiny-fixed-in16-out4"
