@@ -157,6 +157,7 @@ async def measure(args: argparse.Namespace, settings: EngineSettings,
         print(f"engine ready after {time.monotonic() - t_start:.0f} s", flush=True)
         for i, (shape, root, meta) in enumerate(runs):
             args.shape = shape
+            args.shape_end = float("inf")  # the share is of the whole run's time left
             args.shape_end = time.monotonic() + left(args, t_start) / (len(runs) - i)
             warm = args.warmup if i == 0 else 0  # the first shape's warm-up serves the engine
             options = RunOptions(seed=args.seed, warmup_requests=warm, warmup_max_input_tokens=2048,

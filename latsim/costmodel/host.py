@@ -7,6 +7,12 @@ step N runs, so a step lasts about ``max(gpu, host)``.  ``frontend_s`` is the la
 sees outside the step loop (handing the request to the engine process and streaming tokens
 back): it shifts every token time of a request, leaving TPOT and ITL unchanged.
 
+A step with more tokens than the largest captured CUDA graph (vLLM: ``min(2 x max_num_seqs,
+512, max_num_batched_tokens)`` tokens, :func:`cudagraph_limit`) runs without graphs: every
+kernel is launched from Python.  That costs ``eager_layer_s`` per layer on top of the GPU time
+(measured live runs show it adds rather than overlaps: a 512-token prompt joining a decode
+batch of Llama-3.1-8B costs about twice its GEMM time).
+
 :class:`HostOverlapCostModel` wraps a GPU-only cost model (one built with zero step overhead)
 and applies these terms.  The parameters live in ``costmodel/data/engine_host.yaml`` with the
 runs they were fitted on.
@@ -27,18 +33,20 @@ from latsim.costmodel.batch import BatchShape, CostModel
 
 @dataclass(frozen=True)
 class HostOverhead:
-    """Host seconds per step (``step_s + seq_s x sequences``), front-end latency, GPU-time scale."""
+    """Host seconds per step (``step_s + seq_s x sequences``), front-end latency, GPU-time scale,
+    and the extra seconds per layer of a step run without CUDA graphs."""
 
     step_s: float
     seq_s: float
     frontend_s: float
     gpu_scale: float = 1.0
     source: str = "argument"
+    eager_layer_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gpu_scale, (int, float)) and 0.0 < self.gpu_scale < 10.0):
             raise ValueError(f"gpu_scale must be in (0, 10), got {self.gpu_scale!r}")
-        for name in ("step_s", "seq_s", "frontend_s"):
+        for name in ("step_s", "seq_s", "frontend_s", "eager_layer_s"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0.0 and np.isfinite(value)):
                 raise ValueError(f"host overhead {name} must be a finite number >= 0, got {value!r}")
@@ -57,16 +65,26 @@ def default_host_overhead(kind: str, engine: str = "vllm-0.25.1") -> HostOverhea
     except (KeyError, TypeError):
         raise ValueError(f"engine_host.yaml has no entry for {engine!r} / {key!r}") from None
     return HostOverhead(float(entry["step_s"]), float(entry["seq_s"]), float(entry["frontend_s"]),
-                        float(entry.get("gpu_scale", 1.0)), source=f"costmodel/data/engine_host.yaml:{engine}/{key}")
+                        float(entry.get("gpu_scale", 1.0)), source=f"costmodel/data/engine_host.yaml:{engine}/{key}",
+                        eager_layer_s=float(entry.get("eager_layer_s", 0.0)))
+
+
+def cudagraph_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
+    """The most tokens a step may have and still replay a captured CUDA graph (vLLM 0.25.1's
+    default capture sizes end at ``min(2 x max_num_seqs, 512, max_num_batched_tokens)``)."""
+    return min(2 * max_num_seqs, 512, max_num_batched_tokens)
 
 
 class HostOverlapCostModel:
     """``inner`` (GPU time) combined with host time: ``max`` when asynchronous, sum when not.
 
-    ``decode_run`` applies the same float operations as ``step_time`` element for element.
+    ``layers`` and ``graph_tokens`` (the :func:`cudagraph_limit`; ``None``: every step replays a
+    graph) price steps run without CUDA graphs.  ``decode_run`` applies the same float
+    operations as ``step_time`` element for element.
     """
 
-    def __init__(self, inner: CostModel, host: HostOverhead, asynchronous: bool = True) -> None:
+    def __init__(self, inner: CostModel, host: HostOverhead, asynchronous: bool = True, *,
+                 layers: int = 0, graph_tokens: int | None = None) -> None:
         self.inner = inner
         self.host = host
         self.asynchronous = asynchronous
@@ -74,6 +92,8 @@ class HostOverlapCostModel:
         self.frontend_s = host.frontend_s
         self._inner_step = inner.step_time  # step_time is hot: bind once
         self._scale, self._step_s, self._seq_s = host.gpu_scale, host.step_s, host.seq_s
+        self._eager_s = host.eager_layer_s * layers
+        self._graph_tokens = graph_tokens if graph_tokens is not None and self._eager_s > 0.0 else None
 
     def _host_s(self, seqs: int) -> float:
         return self._step_s + self._seq_s * seqs
@@ -82,6 +102,8 @@ class HostOverlapCostModel:
         gpu = self._inner_step(batch) * self._scale
         if gpu <= 0.0:
             return 0.0
+        if self._graph_tokens is not None and batch.prefill_tokens + batch.decode_seqs > self._graph_tokens:
+            gpu += self._eager_s
         host = self._step_s + self._seq_s * (batch.prefill_seqs + batch.decode_seqs)
         if self.asynchronous:
             return gpu if gpu > host else host
@@ -91,9 +113,12 @@ class HostOverlapCostModel:
         gpu = self.inner.decode_run(seqs, kv_tokens, steps) * self._scale
         if seqs == 0:
             return gpu
+        if self._graph_tokens is not None and seqs > self._graph_tokens:
+            gpu = gpu + self._eager_s
         host = self._host_s(seqs)
         out: npt.NDArray[np.float64] = np.maximum(gpu, host) if self.asynchronous else gpu + host
         return out
 
     def describe(self) -> dict[str, object]:
-        return {**self.inner.describe(), "host": {**asdict(self.host), "asynchronous": self.asynchronous}}
+        return {**self.inner.describe(), "host": {**asdict(self.host), "asynchronous": self.asynchronous,
+                                                  "eager_above_tokens": self._graph_tokens}}

@@ -16,7 +16,7 @@ import pandas as pd
 import simpy
 
 from latsim.costmodel.batch import CostModel
-from latsim.deployment import Deployment, resolve_engine
+from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.engine.memory import MemoryPlan, plan_memory
 from latsim.engine.recorder import Recorder
 from latsim.engine.replica import Replica
@@ -49,6 +49,24 @@ def default_horizon(trace: RequestTrace) -> float:
     return last + max(600.0, 10.0 * trace.duration_s)
 
 
+def graph_tokens(engine: EngineConfig) -> int:
+    """The CUDA-graph limit of a resolved ``engine`` (its caps are set by :func:`resolve_engine`)."""
+    from latsim.costmodel.host import cudagraph_limit
+
+    if engine.max_num_seqs is None or engine.max_num_batched_tokens is None:
+        raise ValueError("graph_tokens needs a resolved engine (see latsim.deployment.resolve_engine)")
+    return cudagraph_limit(engine.max_num_seqs, engine.max_num_batched_tokens)
+
+
+def default_cost_model(deployment: Deployment, engine: EngineConfig) -> CostModel:
+    """The deployment's default cost model, with the host terms of the resolved ``engine``."""
+    from latsim.costmodel.factory import build_cost_model
+
+    return build_cost_model(deployment.model, deployment.device, deployment.tp, deployment.weight_dtype,
+                            deployment.kv_dtype, asynchronous=engine.async_scheduling and engine.engine != "static",
+                            graph_tokens=graph_tokens(engine))
+
+
 def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost_model: CostModel | None = None,
              slo: SLO | None = None, horizon_s: float | None = None, fast_forward: bool = True) -> SimulationResult:
     """Simulate ``trace`` served by ``deployment``; see :class:`SimulationResult`.
@@ -63,11 +81,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
     memory = plan_memory(deployment)
     engine = resolve_engine(deployment)
     if cost_model is None:
-        from latsim.costmodel.factory import build_cost_model
-
-        cost_model = build_cost_model(deployment.model, deployment.device, deployment.tp,
-                                      deployment.weight_dtype, deployment.kv_dtype,
-                                      asynchronous=engine.async_scheduling and engine.engine != "static")
+        cost_model = default_cost_model(deployment, engine)
     horizon = default_horizon(trace) if horizon_s is None else horizon_s
     requests = _requests(trace, memory.block_size)
     env = simpy.Environment()

@@ -1,8 +1,9 @@
 """Fit the engine's host time (``HostOverhead``) on measured runs; report held-out runs.
 
 The GPU side of every step comes from the calibrated (or roofline) cost model and is not
-touched.  Four parameters are fitted: host seconds per step and per sequence, the front-end latency
-of a request, and the in-engine GPU-time scale, by minimising the mean absolute log-ratio of predicted to
+touched.  Five parameters are fitted: host seconds per step and per sequence, the front-end latency
+of a request, the in-engine GPU-time scale and the per-layer cost of a step run without CUDA
+graphs, by minimising the mean absolute log-ratio of predicted to
 measured p50 and p99 of TTFT and TPOT over the training runs (Nelder-Mead on log-parameters).
 Runs are replayed exactly as ``latsim validate`` does.
 """
@@ -18,7 +19,7 @@ from scipy.optimize import minimize
 from latsim.costmodel.batch import CostModel
 from latsim.costmodel.factory import gpu_cost_model
 from latsim.costmodel.host import HostOverhead, HostOverlapCostModel
-from latsim.deployment import Deployment
+from latsim.deployment import Deployment, resolve_engine
 from latsim.metrics.per_request import add_latencies
 from latsim.validate.compare import deployment_for
 from latsim.validate.records import load_run
@@ -57,9 +58,11 @@ def load_replays(run_dirs: list[Path], device: str, kind: str = "auto") -> list[
 
 
 def predict(replay: Replay, host: HostOverhead):
-    from latsim.engine.simulate import simulate
+    from latsim.engine.simulate import graph_tokens, simulate
 
-    cost = HostOverlapCostModel(replay.gpu, host, replay.deployment.engine.async_scheduling)
+    engine = resolve_engine(replay.deployment)
+    cost = HostOverlapCostModel(replay.gpu, host, engine.async_scheduling, layers=replay.deployment.model.num_layers,
+                                graph_tokens=graph_tokens(engine))
     return simulate(replay.deployment, replay.trace, cost_model=cost).records
 
 
@@ -69,17 +72,19 @@ def errors(replay: Replay, host: HostOverhead) -> np.ndarray:
 
 
 def fit_host(replays: list[Replay], start: HostOverhead) -> tuple[HostOverhead, float]:
-    """Nelder-Mead over log(step_s, seq_s, frontend_s); returns the fit and its loss."""
+    """Nelder-Mead over the logs of the five :class:`HostOverhead` terms; returns the fit and its loss."""
     def unpack(z: np.ndarray) -> HostOverhead:
-        step, seq, front, scale = np.exp(z)
-        return HostOverhead(float(step), float(seq), float(front), float(min(scale, 9.9)), source="fit")
+        step, seq, front, scale, eager = np.exp(z)
+        return HostOverhead(float(step), float(seq), float(front), float(min(scale, 9.9)), source="fit",
+                            eager_layer_s=float(eager))
 
     def loss(z: np.ndarray) -> float:
         host = unpack(z)
         return float(np.mean([np.abs(errors(r, host)).mean() for r in replays]))
 
-    z0 = np.log([max(start.step_s, 1e-6), max(start.seq_s, 1e-8), max(start.frontend_s, 1e-5), start.gpu_scale])
-    simplex = np.vstack([z0] + [z0 + step for step in np.diag([1.0, 1.0, 1.0, 0.2])])
+    z0 = np.log([max(start.step_s, 1e-6), max(start.seq_s, 1e-8), max(start.frontend_s, 1e-5), start.gpu_scale,
+                 max(start.eager_layer_s, 1e-6)])
+    simplex = np.vstack([z0] + [z0 + step for step in np.diag([1.0, 1.0, 1.0, 0.2, 1.0])])
     res = minimize(loss, z0, method="Nelder-Mead",
-                   options={"initial_simplex": simplex, "xatol": 0.02, "fatol": 1e-4, "maxfev": 160})
+                   options={"initial_simplex": simplex, "xatol": 0.02, "fatol": 1e-4, "maxfev": 200})
     return unpack(res.x), float(res.fun)

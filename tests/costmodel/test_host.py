@@ -1,0 +1,76 @@
+"""Host time around the GPU model: overlap, the eager (no CUDA graph) term, the fitted defaults."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from latsim.catalog.lookup import load_device, load_model
+from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.host import HostOverhead, HostOverlapCostModel, cudagraph_limit, default_host_overhead
+from latsim.deployment import Deployment, EngineConfig, resolve_engine
+from latsim.engine.simulate import default_cost_model
+
+
+class LinearGpu:
+    """GPU time 1 ms + 10 us per token, so every term below is easy to read off."""
+
+    kind = "test"
+
+    def step_time(self, batch: BatchShape) -> float:
+        return 1e-3 + 1e-5 * batch.num_tokens if batch.num_tokens else 0.0
+
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> np.ndarray:
+        return np.full(steps, self.step_time(BatchShape(decode_seqs=seqs)))
+
+    def describe(self) -> dict[str, object]:
+        return {"kind": self.kind}
+
+
+HOST = HostOverhead(step_s=2e-4, seq_s=1e-6, frontend_s=0.0, gpu_scale=1.0, eager_layer_s=1e-4)
+
+
+def test_cudagraph_limit_follows_vllm() -> None:
+    assert cudagraph_limit(1024, 8192) == 512
+    assert cudagraph_limit(100, 8192) == 200
+    assert cudagraph_limit(1024, 256) == 256
+
+
+def test_steps_above_the_graph_limit_pay_the_eager_term() -> None:
+    cost = HostOverlapCostModel(LinearGpu(), HOST, layers=32, graph_tokens=512)
+    at = BatchShape(prefill_tokens=500, prefill_seqs=1, decode_seqs=12)  # 512 tokens: a graph replay
+    over = BatchShape(prefill_tokens=501, prefill_seqs=1, decode_seqs=12)  # 513: eager
+    assert cost.step_time(at) == pytest.approx(1e-3 + 512e-5)
+    assert cost.step_time(over) == pytest.approx(1e-3 + 513e-5 + 32 * 1e-4)
+    no_graph_info = HostOverlapCostModel(LinearGpu(), HOST, layers=32, graph_tokens=None)
+    assert no_graph_info.step_time(over) == pytest.approx(1e-3 + 513e-5)
+
+
+def test_decode_run_matches_step_time_bitwise_on_both_sides_of_the_limit() -> None:
+    cost = HostOverlapCostModel(LinearGpu(), HOST, layers=16, graph_tokens=64)
+    for seqs in (1, 64, 65, 300):
+        run = cost.decode_run(seqs, seqs * 100, 3)
+        step = cost.step_time(BatchShape(decode_seqs=seqs, decode_kv_tokens=seqs * 100))
+        assert run.tolist() == [step] * 3
+
+
+def test_host_bound_steps_and_synchronous_sum() -> None:
+    slow_host = HostOverhead(step_s=5e-3, seq_s=0.0, frontend_s=0.0)
+    batch = BatchShape(decode_seqs=4)
+    assert HostOverlapCostModel(LinearGpu(), slow_host).step_time(batch) == pytest.approx(5e-3)
+    assert HostOverlapCostModel(LinearGpu(), slow_host, asynchronous=False).step_time(batch) == pytest.approx(
+        5e-3 + 1e-3 + 4e-5)
+
+
+def test_negative_eager_term_is_rejected() -> None:
+    with pytest.raises(ValueError, match="eager_layer_s"):
+        HostOverhead(step_s=0.0, seq_s=0.0, frontend_s=0.0, eager_layer_s=-1e-4)
+
+
+def test_shipped_terms_and_the_default_model_use_the_engine_graph_limit() -> None:
+    host = default_host_overhead("calibrated")
+    assert host.eager_layer_s > 0.0 and host.source.endswith("vllm-0.25.1/calibrated")
+    dep = Deployment(model=load_model("llama-3.1-8b"), device=load_device("h200"),
+                     engine=EngineConfig(max_num_seqs=64))
+    cost = default_cost_model(dep, resolve_engine(dep))
+    assert cost.describe()["host"]["eager_above_tokens"] == 128
