@@ -157,8 +157,7 @@ async def measure(args: argparse.Namespace, settings: EngineSettings,
         print(f"engine ready after {time.monotonic() - t_start:.0f} s", flush=True)
         for i, (shape, root, meta) in enumerate(runs):
             args.shape = shape
-            args.shape_end = float("inf")  # the share is of the whole run's time left
-            args.shape_end = time.monotonic() + left(args, t_start) / (len(runs) - i)
+            args.shape_end = shape_deadline(args, t_start, len(runs) - i)
             warm = args.warmup if i == 0 else 0  # the first shape's warm-up serves the engine
             options = RunOptions(seed=args.seed, warmup_requests=warm, warmup_max_input_tokens=2048,
                                  warmup_max_output_tokens=128)
@@ -169,10 +168,20 @@ async def measure(args: argparse.Namespace, settings: EngineSettings,
     return results
 
 
+def whole_left(args: argparse.Namespace, t_start: float) -> float:
+    """Seconds left of the whole run before shutting down."""
+    return args.max_seconds - (time.monotonic() - t_start) - SHUTDOWN_MARGIN_S
+
+
+def shape_deadline(args: argparse.Namespace, t_start: float, shapes_left: int) -> float:
+    """When the next shape must end: an equal share of the whole run's time left (whatever an
+    earlier shape overran)."""
+    return time.monotonic() + whole_left(args, t_start) / shapes_left
+
+
 def left(args: argparse.Namespace, t_start: float) -> float:
     """Seconds left for the current shape (its share of the run) before shutting down."""
-    whole = args.max_seconds - (time.monotonic() - t_start) - SHUTDOWN_MARGIN_S
-    return min(whole, getattr(args, "shape_end", float("inf")) - time.monotonic())
+    return min(whole_left(args, t_start), getattr(args, "shape_end", float("inf")) - time.monotonic())
 
 
 async def run_all(args: argparse.Namespace, session: EngineSession, root: Path,

@@ -71,20 +71,30 @@ def errors(replay: Replay, host: HostOverhead) -> np.ndarray:
     return np.log(_percentiles(predict(replay, host)) / replay.measured)
 
 
-def fit_host(replays: list[Replay], start: HostOverhead) -> tuple[HostOverhead, float]:
-    """Nelder-Mead over the logs of the five :class:`HostOverhead` terms; returns the fit and its loss."""
+FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s")
+
+
+def fit_host(replays: list[Replay], start: HostOverhead,
+             free: tuple[str, ...] = FIELDS) -> tuple[HostOverhead, float]:
+    """Nelder-Mead over the logs of the ``free`` :class:`HostOverhead` terms (the others keep
+    ``start``'s values); returns the fit and its loss."""
+    unknown = sorted(set(free) - set(FIELDS))
+    if unknown or not free:
+        raise ValueError(f"free={free!r}: choose from {FIELDS}")
+    base = {name: max(float(getattr(start, name)), 1e-8) for name in FIELDS}
+
     def unpack(z: np.ndarray) -> HostOverhead:
-        step, seq, front, scale, eager = np.exp(z)
-        return HostOverhead(float(step), float(seq), float(front), float(min(scale, 9.9)), source="fit",
-                            eager_layer_s=float(eager))
+        values = {**base, **dict(zip(free, np.exp(z).tolist(), strict=True))}
+        values["gpu_scale"] = min(values["gpu_scale"], 9.9)
+        return HostOverhead(source="fit", **values)
 
     def loss(z: np.ndarray) -> float:
         host = unpack(z)
         return float(np.mean([np.abs(errors(r, host)).mean() for r in replays]))
 
-    z0 = np.log([max(start.step_s, 1e-6), max(start.seq_s, 1e-8), max(start.frontend_s, 1e-5), start.gpu_scale,
-                 max(start.eager_layer_s, 1e-6)])
-    simplex = np.vstack([z0] + [z0 + step for step in np.diag([1.0, 1.0, 1.0, 0.2, 1.0])])
+    z0 = np.log([base[name] for name in free])
+    steps = np.diag([0.2 if name == "gpu_scale" else 1.0 for name in free])
+    simplex = np.vstack([z0] + [z0 + step for step in steps])
     res = minimize(loss, z0, method="Nelder-Mead",
                    options={"initial_simplex": simplex, "xatol": 0.02, "fatol": 1e-4, "maxfev": 200})
     return unpack(res.x), float(res.fun)

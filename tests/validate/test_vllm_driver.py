@@ -279,6 +279,22 @@ def test_device_script_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert capsys.readouterr().out.splitlines()[-1].split()[0] == "f0.10"
 
 
+def test_device_script_shares_time_left_after_an_overrun() -> None:
+    """A shape that overran its share must not starve the next one (seen on the device)."""
+    import argparse
+    import time
+
+    dm = device_script()
+    t_start = time.monotonic() - 100.0  # 100 s into a 400 s run
+    args = argparse.Namespace(max_seconds=400.0, shape_end=time.monotonic() - 30.0)  # overran by 30 s
+    deadline = dm.shape_deadline(args, t_start, 1)
+    expected = 400.0 - 100.0 - dm.SHUTDOWN_MARGIN_S
+    assert abs((deadline - time.monotonic()) - expected) < 1.0
+    args.shape_end = deadline
+    assert abs(dm.left(args, t_start) - expected) < 1.0
+    assert abs(dm.shape_deadline(args, t_start, 2) - time.monotonic() - expected / 2) < 1.0
+
+
 def test_device_script_model_lookup(tmp_path: Path) -> None:
     dm = device_script()
     with pytest.raises(SystemExit, match="not in the catalog"):
