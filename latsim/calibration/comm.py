@@ -1,28 +1,25 @@
 """All-reduce, one process per GPU (``torch.multiprocessing.spawn``), in up to three modes.
 
 Points ``{world, bytes}`` of one ``world`` size run together in one spawn (starting NCCL costs
-seconds).  Every message size is measured in each requested mode (:data:`MODES`), mode after
-mode; rank 0 times with CUDA events (median of repeats after a warm-up, bf16 sum) and rewrites
-the rows to a JSON file after each mode, so a crash in a later mode keeps the earlier rows.
+seconds).  Each size is measured in each requested mode (:data:`MODES`), mode after mode; rank 0
+times with CUDA events (median of repeats after a warm-up, bf16 sum) and rewrites the rows to a
+JSON file after each mode, so a crash in a later mode keeps the earlier rows.
 
 - ``nccl``: one eager ``dist.all_reduce`` per timing, in place, after a ``dist.barrier()``.
 - ``nccl_graph``: :data:`GRAPH_CALLS` back-to-back all-reduces captured in one CUDA graph on
   every rank; one replay is timed and divided by the count (per-call cost inside a graph).
-- ``vllm_custom``: vLLM's custom all-reduce (``CustomAllreduce`` on a gloo group, default
-  ``max_size`` 8 MiB, ``symm_mem_enabled=False`` as in the TP=2 H200 runs), captured in a CUDA
-  graph like ``nccl_graph`` (what vLLM replays); sizes it does not take are ``skipped``.
+- ``vllm_custom``: vLLM's ``CustomAllreduce`` on a gloo group (default ``max_size`` 8 MiB,
+  ``symm_mem_enabled=False`` as in the TP=2 H200 runs), captured like ``nccl_graph`` (what vLLM
+  replays); sizes it does not take are ``skipped``.
 
-Every row carries ``bytes``, ``mode``, ``status`` and ``reason``; a mode that fails is recorded
-per row as ``error`` with the reason, never failing the group.  With fewer GPUs than ``world``
-(or the CPU backend) the points are skipped with the reason recorded.
-
-NVLink SHARP / multicast stays off in every process (``NCCL_NVLS_ENABLE=0``,
-``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``): the lent machines do not
-support it.
+Every row carries ``bytes``, ``mode``, ``status`` and ``reason``; a failing mode gives ``error``
+rows with the reason, never failing the group.  Multicast / NVLink SHARP stays off in every
+process (:data:`SAFE_ENV`): the lent machines do not support it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -48,8 +45,9 @@ def skip_reason(ctx: BenchContext, world: int) -> str | None:
     return None if found >= world else f"all-reduce over {world} GPUs needs {world} GPUs; found {found}"
 
 
-def run_group(ctx: BenchContext, world: int, sizes: list[int], modes: tuple[str, ...] = ("nccl",)) -> list[dict[str, Any]]:
-    """Rows for every ``(mode, size)`` on ``world`` GPUs, mode-major (one mode: one row per size, in order).
+def run_group(ctx: BenchContext, world: int, sizes: list[int],
+              modes: tuple[str, ...] = ("nccl",)) -> list[dict[str, Any]]:
+    """Rows of every ``(mode, size)`` on ``world`` GPUs, mode-major (one mode: one row per size, in order).
 
     When the spawned group dies, rows already written are kept and the missing ones become
     ``error`` rows naming the exception; with no row written the exception propagates.
@@ -57,14 +55,15 @@ def run_group(ctx: BenchContext, world: int, sizes: list[int], modes: tuple[str,
     os.environ.update(SAFE_ENV)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
+        reason = "not measured (the workers wrote no row)"
         try:
             ctx.torch.multiprocessing.spawn(_worker, args=(world, sizes, str(out), _free_port(), modes), nprocs=world)
         except Exception as exc:
             if not out.is_file():
                 raise
-            return complete_rows(json.loads(out.read_text()), sizes, modes, _reason(exc))
-        rows: list[dict[str, Any]] = json.loads(out.read_text())
-    return complete_rows(rows, sizes, modes, "not measured (worker returned no row)")
+            reason = _reason(exc)
+        rows: list[dict[str, Any]] = json.loads(out.read_text()) if out.is_file() else []
+    return complete_rows(rows, sizes, modes, reason)
 
 
 def complete_rows(rows: list[dict[str, Any]], sizes: list[int], modes: tuple[str, ...],
@@ -131,12 +130,14 @@ def measure_modes(g: Group, sizes: list[int], modes: tuple[str, ...],
     """
     rows: list[dict[str, Any]] = []
     for mode in modes:
+        state: Any = None
+        setup_fail: tuple[str, str] | None = None
         try:
-            state, setup_fail = SETUPS[mode](g), None
+            state = SETUPS[mode](g)
         except Skip as exc:
-            state, setup_fail = None, ("skipped", str(exc))
+            setup_fail = ("skipped", str(exc))
         except Exception as exc:
-            state, setup_fail = None, ("error", f"setup: {_reason(exc)}")
+            setup_fail = ("error", f"setup: {_reason(exc)}")
         for nbytes in sizes:
             if setup_fail is not None:
                 rows.append(_failed(mode, nbytes, *setup_fail))
@@ -157,10 +158,8 @@ def measure_modes(g: Group, sizes: list[int], modes: tuple[str, ...],
 def _close(state: Any) -> None:
     close = getattr(state[0] if isinstance(state, tuple) else state, "close", None)
     if callable(close):
-        try:
+        with contextlib.suppress(Exception):  # freeing IPC buffers at the end is best effort
             close()
-        except Exception:  # noqa: S110 - freeing IPC buffers at the end is best effort
-            pass
 
 
 def _worker(rank: int, world: int, sizes: list[int], out: str, port: int, modes: tuple[str, ...]) -> None:
@@ -172,8 +171,11 @@ def _worker(rank: int, world: int, sizes: list[int], out: str, port: int, modes:
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         cpu = dist.new_group(backend="gloo") if "vllm_custom" in modes else None
-        g = Group(torch, dist, rank, world, cpu)
-        measure_modes(g, sizes, modes, (lambda rows: Path(out).write_text(json.dumps(rows))) if rank == 0 else None)
+
+        def write(rows: list[dict[str, Any]]) -> None:
+            Path(out).write_text(json.dumps(rows))
+
+        measure_modes(Group(torch, dist, rank, world, cpu), sizes, modes, write if rank == 0 else None)
     finally:
         dist.destroy_process_group()
 

@@ -3,8 +3,11 @@
 ``overheads.json``: ``graph_base_s`` and ``graph_per_kernel_s`` from a least-squares line
 through graph replay time vs kernels in the graph; ``eager_per_launch_s`` likewise from eager
 launch sequences (host wall time).  ``allreduce.json``: per world size, message bytes and
-median seconds, sorted; the cost model interpolates it in log-log.  Held-out error of the
-all-reduce table: each interior size predicted from its neighbours (leave-one-out).
+median seconds, sorted; the cost model interpolates it in log-log.  The top-level ``worlds``
+table is the eager NCCL mode (rows without a ``mode`` column are NCCL); other measured modes
+(``nccl_graph``, ``vllm_custom``; see :mod:`latsim.calibration.comm`) go to an optional
+``"modes": {mode: {world: {"bytes", "seconds"}}}`` section.  Held-out error of each table: each
+interior size predicted from its neighbours (leave-one-out).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from latsim.atomic import atomic_write_text
 from latsim.calibration.profile import available_families, load_table, read_profile
@@ -41,20 +45,44 @@ def fit_overheads(folder: Path) -> dict[str, Any] | None:
 
 
 def fit_allreduce(folder: Path) -> dict[str, Any] | None:
+    """The all-reduce tables of the profile's ``ok`` comm rows, or None without any.
+
+    ``{"worlds": {world: table}}`` from the ``nccl`` rows, plus ``"modes": {mode: {world:
+    table}}`` when other modes have rows; each table is ``{"bytes": [...], "seconds": [...]}``
+    sorted by bytes.
+    """
     if "comm" not in available_families(folder):
         return None
     df = load_table(folder, "comm")
     if df.empty:
         return None
+    mode = df["mode"].fillna("nccl") if "mode" in df.columns else pd.Series("nccl", index=df.index)
+    out: dict[str, Any] = {"worlds": _world_tables(df[mode == "nccl"])}
+    others = {m: _world_tables(df[mode == m]) for m in sorted(set(mode)) if m != "nccl"}
+    if others:
+        out["modes"] = others
+    return out
+
+
+def _world_tables(df: pd.DataFrame) -> dict[str, dict[str, list[float]]]:
     worlds = {}
     for world, rows in df.groupby("world"):
         rows = rows.sort_values("bytes")
         worlds[f"{world}"] = {"bytes": rows["bytes"].astype(float).tolist(),
-                                   "seconds": rows["median_s"].astype(float).tolist()}
-    return {"worlds": worlds}
+                              "seconds": rows["median_s"].astype(float).tolist()}
+    return worlds
 
 
-def _loo_error(table: dict[str, Any]) -> dict[str, float]:
+def _loo_report(ar: dict[str, Any]) -> dict[str, Any]:
+    """Leave-one-out error of the nccl table (top-level keys) and of each other mode (``modes``)."""
+    report: dict[str, Any] = _loo_error(ar)
+    modes = {m: _loo_error({"worlds": t}) for m, t in ar.get("modes", {}).items()}
+    if modes:
+        report["modes"] = modes
+    return report
+
+
+def _loo_error(table: dict[str, Any]) -> dict[str, Any]:
     apes = []
     for t in table["worlds"].values():
         lb, ls = np.log(t["bytes"]), np.log(t["seconds"])
@@ -81,5 +109,5 @@ def fit_fixed(folder: Path, out: Path) -> dict[str, Any]:
     ar = fit_allreduce(folder)
     if ar is not None:
         atomic_write_text(out / "allreduce.json", json.dumps(ar, indent=1) + "\n")
-        report["allreduce"] = _loo_error(ar)
+        report["allreduce"] = _loo_report(ar)
     return report

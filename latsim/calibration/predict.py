@@ -106,13 +106,32 @@ class Predictors:
                 "hidden": np.full_like(tokens, h), "inter": np.full_like(tokens, inter), "experts_hit": hit}
         return roof * self.ratio("moe", cols, roof)
 
-    def allreduce_s(self, nbytes: Arr, world: int) -> Arr | None:
-        """Measured all-reduce seconds (log-log interpolation), or None without a table for ``world``."""
-        table = (self.allreduce or {}).get("worlds", {}).get(str(world))
-        if table is None:
+    def allreduce_s(self, nbytes: Arr, world: int, graph: bool = False) -> Arr | None:
+        """Measured all-reduce seconds (log-log interpolation), or None without a table for ``world``.
+
+        ``graph=False``: the eager NCCL table (``worlds``), clamped at its end sizes.  ``graph=True``
+        (calls replayed in a CUDA graph): per size, the first of ``vllm_custom``, ``nccl_graph``,
+        ``nccl`` whose largest measured size is at least ``nbytes`` (sizes below a table's smallest
+        take its smallest time); sizes above every table take the last available one, clamped.
+        """
+        order = ("vllm_custom", "nccl_graph", "nccl") if graph else ("nccl",)
+        tables = [t for t in (self._allreduce_table(m, world) for m in order) if t is not None]
+        if not tables:
             return None
-        lb, ls = np.log(table["bytes"]), np.log(table["seconds"])
-        return np.asarray(np.exp(np.interp(np.log(np.maximum(nbytes, 1.0)), lb, ls)), dtype=np.float64)
+        lx = np.log(np.maximum(np.asarray(nbytes, dtype=np.float64), 1.0))
+        out = np.full(lx.shape, np.nan)
+        for i, table in enumerate(tables):
+            lb, ls = np.log(table["bytes"]), np.log(table["seconds"])
+            take = np.isnan(out) & ((lx <= lb[-1]) | (i == len(tables) - 1))
+            out = np.where(take, np.exp(np.interp(lx, lb, ls)), out)
+        return np.asarray(out, dtype=np.float64)
+
+    def _allreduce_table(self, mode: str, world: int) -> dict[str, Any] | None:
+        """The ``{"bytes", "seconds"}`` table of ``mode`` for ``world`` (``nccl`` is top-level), or None."""
+        ar = self.allreduce or {}
+        worlds = ar.get("worlds", {}) if mode == "nccl" else ar.get("modes", {}).get(mode, {})
+        table: dict[str, Any] | None = worlds.get(str(world))
+        return table if table and len(table.get("bytes", [])) else None
 
 
 def _optional_json(path: Path, what: str) -> dict[str, Any] | None:

@@ -81,7 +81,7 @@ def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_d
     """
     gpu = gpu_cost_model(model, device, tp, weight_dtype, kv_dtype, kind)
     return HostOverlapCostModel(gpu, host or default_host_overhead(gpu.kind), asynchronous,
-                                layers=model.num_layers, graph_tokens=graph_tokens)
+                                layers=model.num_layers, moe_layers=model.num_moe_layers, graph_tokens=graph_tokens)
 
 
 def gpu_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",

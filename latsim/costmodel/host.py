@@ -9,9 +9,11 @@ back): it shifts every token time of a request, leaving TPOT and ITL unchanged.
 
 A step with more tokens than the largest captured CUDA graph (vLLM: ``min(2 x max_num_seqs,
 512, max_num_batched_tokens)`` tokens, :func:`cudagraph_limit`) runs without graphs: every
-kernel is launched from Python.  That costs ``eager_layer_s`` per layer on top of the GPU time
-(measured live runs show it adds rather than overlaps: a 512-token prompt joining a decode
-batch of Llama-3.1-8B costs about twice its GEMM time).
+kernel is launched from Python.  That costs ``eager_layer_s`` per layer, and
+``eager_moe_layer_s`` more per mixture-of-experts layer (routing, alignment and the fused
+expert kernels are several Python-level calls), on top of the GPU time (measured live runs
+show it adds rather than overlaps: a 512-token prompt joining a decode batch of Llama-3.1-8B
+costs about twice its GEMM time).
 
 :class:`HostOverlapCostModel` wraps a GPU-only cost model (one built with zero step overhead)
 and applies these terms.  The parameters live in ``costmodel/data/engine_host.yaml`` with the
@@ -42,11 +44,12 @@ class HostOverhead:
     gpu_scale: float = 1.0
     source: str = "argument"
     eager_layer_s: float = 0.0
+    eager_moe_layer_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gpu_scale, (int, float)) and 0.0 < self.gpu_scale < 10.0):
             raise ValueError(f"gpu_scale must be in (0, 10), got {self.gpu_scale!r}")
-        for name in ("step_s", "seq_s", "frontend_s", "eager_layer_s"):
+        for name in ("step_s", "seq_s", "frontend_s", "eager_layer_s", "eager_moe_layer_s"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0.0 and np.isfinite(value)):
                 raise ValueError(f"host overhead {name} must be a finite number >= 0, got {value!r}")
@@ -66,7 +69,8 @@ def default_host_overhead(kind: str, engine: str = "vllm-0.25.1") -> HostOverhea
         raise ValueError(f"engine_host.yaml has no entry for {engine!r} / {key!r}") from None
     return HostOverhead(float(entry["step_s"]), float(entry["seq_s"]), float(entry["frontend_s"]),
                         float(entry.get("gpu_scale", 1.0)), source=f"costmodel/data/engine_host.yaml:{engine}/{key}",
-                        eager_layer_s=float(entry.get("eager_layer_s", 0.0)))
+                        eager_layer_s=float(entry.get("eager_layer_s", 0.0)),
+                        eager_moe_layer_s=float(entry.get("eager_moe_layer_s", 0.0)))
 
 
 def cudagraph_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
@@ -78,13 +82,13 @@ def cudagraph_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
 class HostOverlapCostModel:
     """``inner`` (GPU time) combined with host time: ``max`` when asynchronous, sum when not.
 
-    ``layers`` and ``graph_tokens`` (the :func:`cudagraph_limit`; ``None``: every step replays a
-    graph) price steps run without CUDA graphs.  ``decode_run`` applies the same float
+    ``layers``, ``moe_layers`` and ``graph_tokens`` (the :func:`cudagraph_limit`; ``None``: every
+    step replays a graph) price steps run without CUDA graphs.  ``decode_run`` applies the same float
     operations as ``step_time`` element for element.
     """
 
     def __init__(self, inner: CostModel, host: HostOverhead, asynchronous: bool = True, *,
-                 layers: int = 0, graph_tokens: int | None = None) -> None:
+                 layers: int = 0, moe_layers: int = 0, graph_tokens: int | None = None) -> None:
         self.inner = inner
         self.host = host
         self.asynchronous = asynchronous
@@ -92,7 +96,7 @@ class HostOverlapCostModel:
         self.frontend_s = host.frontend_s
         self._inner_step = inner.step_time  # step_time is hot: bind once
         self._scale, self._step_s, self._seq_s = host.gpu_scale, host.step_s, host.seq_s
-        self._eager_s = host.eager_layer_s * layers
+        self._eager_s = host.eager_layer_s * layers + host.eager_moe_layer_s * moe_layers
         self._graph_tokens = graph_tokens if graph_tokens is not None and self._eager_s > 0.0 else None
 
     def _host_s(self, seqs: int) -> float:

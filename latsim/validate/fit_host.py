@@ -1,9 +1,9 @@
 """Fit the engine's host time (``HostOverhead``) on measured runs; report held-out runs.
 
 The GPU side of every step comes from the calibrated (or roofline) cost model and is not
-touched.  Five parameters are fitted: host seconds per step and per sequence, the front-end latency
-of a request, the in-engine GPU-time scale and the per-layer cost of a step run without CUDA
-graphs, by minimising the mean absolute log-ratio of predicted to
+touched.  Up to six parameters are fitted (any subset, the rest held): host seconds per step
+and per sequence, the front-end latency of a request, the in-engine GPU-time scale, the
+per-layer cost of a step run without CUDA graphs and its extra per mixture-of-experts layer, by minimising the mean absolute log-ratio of predicted to
 measured p50 and p99 of TTFT and TPOT over the training runs (Nelder-Mead on log-parameters).
 Runs are replayed exactly as ``latsim validate`` does.
 """
@@ -61,8 +61,9 @@ def predict(replay: Replay, host: HostOverhead):
     from latsim.engine.simulate import graph_tokens, simulate
 
     engine = resolve_engine(replay.deployment)
-    cost = HostOverlapCostModel(replay.gpu, host, engine.async_scheduling, layers=replay.deployment.model.num_layers,
-                                graph_tokens=graph_tokens(engine))
+    model = replay.deployment.model
+    cost = HostOverlapCostModel(replay.gpu, host, engine.async_scheduling, layers=model.num_layers,
+                                moe_layers=model.num_moe_layers, graph_tokens=graph_tokens(engine))
     return simulate(replay.deployment, replay.trace, cost_model=cost).records
 
 
@@ -71,11 +72,12 @@ def errors(replay: Replay, host: HostOverhead) -> np.ndarray:
     return np.log(_percentiles(predict(replay, host)) / replay.measured)
 
 
-FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s")
+FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s", "eager_moe_layer_s")
+DENSE_FIELDS = FIELDS[:5]  # what dense-model runs can tell apart
 
 
 def fit_host(replays: list[Replay], start: HostOverhead,
-             free: tuple[str, ...] = FIELDS) -> tuple[HostOverhead, float]:
+             free: tuple[str, ...] = DENSE_FIELDS) -> tuple[HostOverhead, float]:
     """Nelder-Mead over the logs of the ``free`` :class:`HostOverhead` terms (the others keep
     ``start``'s values); returns the fit and its loss."""
     unknown = sorted(set(free) - set(FIELDS))

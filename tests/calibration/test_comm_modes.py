@@ -1,0 +1,214 @@
+"""All-reduce modes (nccl, nccl_graph, vllm_custom): fitting, predictor choice, per-mode errors (CPU only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from latsim.calibration import comm, tables
+from latsim.calibration.context import Skip
+from latsim.calibration.fit_fixed import fit_allreduce, fit_fixed
+from latsim.calibration.predict import Predictors, load_predictors
+from latsim.calibration.profile import shipped_profile_dir
+
+SIZES = [4096, 65536, 2**20, 2**24]
+CURVES = {"nccl": 80e-6, "nccl_graph": 40e-6, "vllm_custom": 16e-6}
+
+
+def _row(world: int, nbytes: int, mode: str | None, seconds: float, status: str = "ok") -> dict[str, Any]:
+    row = {"point_id": f"comm:world={world},bytes={nbytes}", "family": "comm", "world": world, "bytes": nbytes,
+           "status": status, "reason": None if status == "ok" else "x", "median_s": seconds}
+    return row if mode is None else {**row, "mode": mode}
+
+
+def _seconds(mode: str, nbytes: int) -> float:
+    return CURVES[mode] * (1.0 + nbytes / 2**22)
+
+
+def _three_modes(folder: Path) -> None:
+    rows = [_row(2, n, m, _seconds(m, n)) for m in CURVES for n in reversed(SIZES)
+            if not (m == "vllm_custom" and n > 2**22)]
+    rows += [_row(2, 2**24, "vllm_custom", 1.0, "skipped"), _row(2, 2**28, "nccl_graph", 1.0, "error")]
+    rows += [_row(4, n, "nccl", _seconds("nccl", n)) for n in SIZES]
+    tables.write_shard(folder, "comm", rows)
+
+
+def test_fit_writes_nccl_top_level_and_other_modes(tmp_path: Path) -> None:
+    _three_modes(tmp_path)
+    ar = fit_allreduce(tmp_path)
+    assert ar is not None and set(ar) == {"worlds", "modes"}
+    assert set(ar["worlds"]) == {"2", "4"} and ar["worlds"]["2"]["bytes"] == [float(n) for n in SIZES]
+    assert ar["worlds"]["2"]["seconds"] == [_seconds("nccl", n) for n in SIZES]
+    assert set(ar["modes"]) == {"nccl_graph", "vllm_custom"} and set(ar["modes"]["vllm_custom"]) == {"2"}
+    assert ar["modes"]["vllm_custom"]["2"]["bytes"] == [float(n) for n in SIZES[:3]]  # skipped row left out
+    assert ar["modes"]["nccl_graph"]["2"]["seconds"] == [_seconds("nccl_graph", n) for n in SIZES]  # no error row
+    report = fit_fixed(tmp_path, tmp_path)["allreduce"]
+    assert report["n_test"] == 2 + 2 and report["modes"]["vllm_custom"]["n_test"] == 1
+    assert json.loads((tmp_path / "allreduce.json").read_text()) == ar
+
+
+def test_rows_without_mode_are_nccl_in_the_old_layout(tmp_path: Path) -> None:
+    tables.write_shard(tmp_path, "comm", [_row(2, n, None, _seconds("nccl", n)) for n in SIZES])
+    ar = fit_allreduce(tmp_path)
+    assert ar == {"worlds": {"2": _table("nccl", SIZES)}}
+    report = fit_fixed(tmp_path, tmp_path)["allreduce"]
+    assert "modes" not in report and report["n_test"] == 2
+
+
+def _predictors(allreduce: dict[str, Any] | None) -> Predictors:
+    return Predictors(Path("synthetic"), {}, {}, None, allreduce)
+
+
+def _table(mode: str, sizes: list[int]) -> dict[str, list[float]]:
+    return {"bytes": [float(n) for n in sizes], "seconds": [_seconds(mode, n) for n in sizes]}
+
+
+def test_graph_prefers_vllm_custom_then_nccl_graph_then_nccl() -> None:
+    ar = {"worlds": {"2": _table("nccl", [4096, 2**28])},
+          "modes": {"vllm_custom": {"2": _table("vllm_custom", [4096, 2**22])},
+                    "nccl_graph": {"2": _table("nccl_graph", [4096, 2**24])}}}
+    p = _predictors(ar)
+    sizes = np.array([1.0, 4096.0, 2.0**22, 2.0**23, 2.0**24, 2.0**26, 2.0**30])
+    want = np.exp(np.interp(np.log(np.maximum(sizes, 1.0)), np.log([4096, 2**28]),
+                            np.log([_seconds("nccl", 4096), _seconds("nccl", 2**28)])))
+    np.testing.assert_allclose(p.allreduce_s(sizes, 2), want, rtol=1e-12)  # graph=False: eager nccl only
+    got = p.allreduce_s(sizes, 2, graph=True)
+    assert got is not None
+    np.testing.assert_allclose(got[:3], [_seconds("vllm_custom", 4096)] * 2 + [_seconds("vllm_custom", 2**22)],
+                               rtol=1e-12)
+    assert _seconds("nccl_graph", 2**22) < got[3] < _seconds("nccl_graph", 2**24)
+    np.testing.assert_allclose(got[4], _seconds("nccl_graph", 2**24), rtol=1e-12)
+    np.testing.assert_allclose(got[5:], want[5:], rtol=1e-12)
+    assert p.allreduce_s(sizes, 4) is None and p.allreduce_s(sizes, 4, graph=True) is None
+
+
+def test_graph_falls_back_when_modes_are_missing() -> None:
+    sizes = np.array([4096.0, 2.0**20, 2.0**30])
+    only_nccl = _predictors({"worlds": {"2": _table("nccl", SIZES)}})
+    np.testing.assert_array_equal(only_nccl.allreduce_s(sizes, 2, graph=True), only_nccl.allreduce_s(sizes, 2))
+    no_nccl = _predictors({"worlds": {}, "modes": {"nccl_graph": {"2": _table("nccl_graph", SIZES)}}})
+    assert no_nccl.allreduce_s(sizes, 2) is None
+    got = no_nccl.allreduce_s(sizes, 2, graph=True)
+    np.testing.assert_allclose(got, [_seconds("nccl_graph", 4096), _seconds("nccl_graph", 2**20),
+                                     _seconds("nccl_graph", 2**24)], rtol=1e-12)
+    assert _predictors(None).allreduce_s(sizes, 2, graph=True) is None
+
+
+def test_shipped_h200_allreduce_is_unchanged() -> None:
+    p = load_predictors(shipped_profile_dir("h200"))
+    sizes = np.array([1.0, 4096.0, 65536.0, 3e5, 2.0**20, 2.0**23, 2.0**28, 2.0**30])
+    want = [0.00010799999907612796, 0.00010799999907612796, 9.126400202512739e-05, 8.523797985092472e-05,
+            8.617600053548818e-05, 9.254400059580806e-05, 0.0009622719883918763, 0.0009622719883918763]
+    np.testing.assert_allclose(p.allreduce_s(sizes, 2), want, rtol=1e-12)
+    if "modes" not in (p.allreduce or {}):
+        np.testing.assert_allclose(p.allreduce_s(sizes, 2, graph=True), want, rtol=1e-12)
+
+
+class _State:
+    closed = 0
+
+    def close(self) -> None:
+        _State.closed += 1
+
+
+def _fakes(monkeypatch: pytest.MonkeyPatch, setups: dict[str, Any], measures: dict[str, Any]) -> None:
+    monkeypatch.setattr(comm, "SETUPS", {**comm.SETUPS, **setups})
+    monkeypatch.setattr(comm, "MEASURES", {**comm.MEASURES, **measures})
+
+
+def test_each_mode_fails_per_row_without_failing_the_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    def vllm_setup(g: Any) -> Any:
+        raise Skip("vllm does not import: ModuleNotFoundError")
+
+    def graph_measure(g: Any, state: Any, nbytes: int) -> dict[str, Any]:
+        if nbytes == 65536:
+            raise RuntimeError("capture failed")
+        return {"median_s": 2e-5, "impl": "fake graph"}
+
+    _fakes(monkeypatch, {"nccl": lambda g: _State(), "vllm_custom": vllm_setup},
+           {"nccl": lambda g, s, n: {"median_s": n * 1e-9, "impl": "fake"}, "nccl_graph": graph_measure})
+    seen: list[int] = []
+    rows = comm.measure_modes(None, [4096, 65536], comm.MODES, lambda r: seen.append(len(r)))  # type: ignore[arg-type]
+    assert seen == [2, 4, 6] and _State.closed >= 1
+    assert [(r["mode"], r["bytes"], r["status"]) for r in rows] == [
+        ("nccl", 4096.0, "ok"), ("nccl", 65536.0, "ok"), ("nccl_graph", 4096.0, "ok"),
+        ("nccl_graph", 65536.0, "error"), ("vllm_custom", 4096.0, "skipped"), ("vllm_custom", 65536.0, "skipped")]
+    assert rows[3]["reason"] == "RuntimeError: capture failed" and "vllm does not import" in rows[4]["reason"]
+    assert rows[0]["median_s"] == 4096e-9 and rows[0]["reason"] is None
+
+
+def test_failed_setup_and_size_skips_are_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(g: Any) -> Any:
+        raise ValueError("no P2P")
+
+    def too_big(g: Any, state: Any, nbytes: int) -> dict[str, Any]:
+        raise Skip("above max_size")
+
+    _fakes(monkeypatch, {"nccl_graph": broken}, {"vllm_custom": too_big})
+    monkeypatch.setitem(comm.SETUPS, "vllm_custom", lambda g: None)
+    rows = comm.measure_modes(None, [4096], ("nccl_graph", "vllm_custom"))  # type: ignore[arg-type]
+    assert [(r["status"], r["reason"]) for r in rows] == [("error", "setup: ValueError: no P2P"),
+                                                          ("skipped", "above max_size")]
+
+
+def _ctx(spawn: Any, cuda: bool = True) -> Any:
+    return SimpleNamespace(torch=SimpleNamespace(multiprocessing=SimpleNamespace(spawn=spawn)), is_cuda=cuda)
+
+
+def test_run_group_keeps_rows_written_before_a_crash() -> None:
+    def spawn(fn: Any, args: tuple[Any, ...], nprocs: int) -> None:
+        world, sizes, out, _port, modes = args
+        assert nprocs == world == 2 and modes == comm.MODES
+        Path(out).write_text(json.dumps([{"bytes": float(n), "mode": "nccl", "status": "ok", "median_s": 1e-5}
+                                         for n in sizes]))
+        raise RuntimeError("process 1 terminated")
+
+    rows = comm.run_group(_ctx(spawn), 2, [4096, 8192], comm.MODES)
+    assert [(r["mode"], r["status"]) for r in rows] == [("nccl", "ok")] * 2 + [("nccl_graph", "error")] * 2 + [
+        ("vllm_custom", "error")] * 2
+    assert rows[-1]["reason"] == "RuntimeError: process 1 terminated"
+
+    def dies(fn: Any, args: tuple[Any, ...], nprocs: int) -> None:
+        raise RuntimeError("NCCL init failed")
+
+    with pytest.raises(RuntimeError, match="NCCL init"):
+        comm.run_group(_ctx(dies), 2, [4096])
+
+
+def test_point_rows_attach_point_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    bases = [{"point_id": f"comm:world=2,bytes={n}", "family": "comm", "world": 2, "bytes": n} for n in (4096, 8192)]
+    skipped = comm.point_rows(_ctx(None, cuda=False), 2, bases)
+    assert [(r["point_id"], r["status"], r["mode"]) for r in skipped] == [(b["point_id"], "skipped", "nccl")
+                                                                          for b in bases]
+
+    def fake_group(ctx: Any, world: int, sizes: list[int], modes: tuple[str, ...]) -> list[dict[str, Any]]:
+        return [{"bytes": float(n), "mode": m, "status": "ok", "reason": None} for m in modes for n in sizes]
+
+    ctx = _ctx(None)
+    ctx.torch.cuda = SimpleNamespace(device_count=lambda: 2)
+    monkeypatch.setattr(comm, "run_group", fake_group)
+    rows = comm.point_rows(ctx, 2, bases)
+    assert len(rows) == 6 and {r["point_id"] for r in rows} == {b["point_id"] for b in bases}
+    assert all(r["point_id"].endswith(f"bytes={int(r['bytes'])}") for r in rows)
+
+    def broken(*a: Any) -> Any:
+        raise OSError("spawn failed")
+
+    monkeypatch.setattr(comm, "run_group", broken)
+    assert {r["status"] for r in comm.point_rows(ctx, 2, bases)} == {"error"}
+
+
+def test_vllm_setup_uses_the_installed_constructor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without GPUs vLLM either does not import (Skip) or its custom all-reduce disables itself."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only check; on GPUs the constructor needs a gloo group")
+    monkeypatch.setenv("VLLM_SKIP_P2P_CHECK", "1")
+    g = comm.Group(torch, torch.distributed, 0, 2, None)
+    with pytest.raises((Skip, RuntimeError), match=r"vllm does not import|disabled itself"):
+        comm._setup_vllm(g)
