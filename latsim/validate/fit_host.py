@@ -3,8 +3,9 @@
 The GPU side of every step comes from the calibrated (or roofline) cost model and is not
 touched.  Up to six parameters are fitted (any subset, the rest held): host seconds per step
 and per sequence, the front-end latency of a request, the in-engine GPU-time scale, the
-per-layer cost of a step run without CUDA graphs and its extra per mixture-of-experts layer, by minimising the mean absolute log-ratio of predicted to
-measured p50 and p99 of TTFT and TPOT over the training runs (Nelder-Mead on log-parameters).
+per-layer cost of a step run without CUDA graphs and its extra per mixture-of-experts layer,
+by minimising the mean absolute log-ratio of predicted to measured p50 and p99 of TTFT and
+TPOT over the training runs (Nelder-Mead on log-parameters).
 Runs are replayed exactly as ``latsim validate`` does.
 """
 
