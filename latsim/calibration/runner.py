@@ -155,25 +155,14 @@ def _record(state: _State, p: Point, row: dict[str, Any], seconds: float, on_poi
 
 
 def _run_comm(ctx: BenchContext, pts: list[Point], state: _State, on_point: OnPoint | None) -> None:
+    """One spawn per world size; every point gets a row per all-reduce mode (``comm.MODES``)."""
     for world in sorted({p.kwargs["world"] for p in pts}):
-        group = [p for p in pts if p.kwargs["world"] == world]
+        group = {p.id: p for p in pts if p.kwargs["world"] == world}
         start = time.perf_counter()
-        rows = _comm_rows(ctx, world, group)
-        each = (time.perf_counter() - start) / len(group)
-        for p, row in zip(group, rows, strict=True):
-            _record(state, p, row, each, on_point)
-
-
-def _comm_rows(ctx: BenchContext, world: int, group: list[Point]) -> list[dict[str, Any]]:
-    bases = [{"point_id": p.id, "family": "comm", **p.kwargs} for p in group]
-    reason = comm.skip_reason(ctx, world)
-    if reason is not None:
-        return [{**b, "status": "skipped", "reason": reason} for b in bases]
-    try:
-        measured = comm.run_group(ctx, world, [int(p.kwargs["bytes"]) for p in group])
-    except Exception as exc:
-        return [{**b, "status": "error", "reason": f"{type(exc).__name__}: {exc}"[:400]} for b in bases]
-    return [{**b, "status": "ok", "reason": None, **m} for b, m in zip(bases, measured, strict=True)]
+        rows = comm.point_rows(ctx, world, [{"point_id": p.id, "family": "comm", **p.kwargs} for p in group.values()])
+        each = (time.perf_counter() - start) / max(1, len(rows))
+        for row in rows:
+            _record(state, group[row["point_id"]], row, each, on_point)
 
 
 def _flush(req: RunRequest, state: _State, force: bool = False) -> None:

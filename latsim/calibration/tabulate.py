@@ -31,6 +31,7 @@ from latsim.costmodel.ops import FEATURES, OpForm, evaluate, op_forms
 from latsim.costmodel.shard import ShardSpec
 
 T_KNOTS = knots(1, 512, 131072, 1.02)
+GRAPH_TOKENS = 512  # vLLM 0.25.1's default largest CUDA-graph capture size (tokens per step)
 D_KNOTS = knots(1, 32, 4096, 1.08)
 C_KNOTS = knots(1, 16, 2**19, 1.08)
 Q_KNOTS = knots(1, 16, 65536, 1.10)
@@ -120,7 +121,10 @@ def _allreduce(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec, notes: l
     count, nbytes = 2.0 * s.layers + 1.0, t * s.hidden * s.act_bytes
     measured = p.allreduce_s(nbytes, s.tp)
     if measured is not None:
-        return count * measured
+        # Steps of at most GRAPH_TOKENS tokens replay a CUDA graph in vLLM (its default capture
+        # limit), where it runs its custom all-reduce: the graph tables when the profile has them.
+        in_graph = p.allreduce_s(nbytes, s.tp, graph=True)
+        return count * np.where(t <= GRAPH_TOKENS, in_graph if in_graph is not None else measured, measured)
     notes.append(f"all-reduce over {s.tp} GPUs not measured: ring formula on the catalog's interconnect bandwidth")
     return count * (2.0 * (s.tp - 1) / s.tp * nbytes / device.interconnect_bw)
 

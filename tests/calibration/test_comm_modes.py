@@ -212,3 +212,24 @@ def test_vllm_setup_uses_the_installed_constructor(monkeypatch: pytest.MonkeyPat
     g = comm.Group(torch, torch.distributed, 0, 2, None)
     with pytest.raises((Skip, RuntimeError), match=r"vllm does not import|disabled itself"):
         comm._setup_vllm(g)
+
+
+def test_steps_within_the_graph_limit_use_the_graph_all_reduce() -> None:
+    from latsim.calibration.tabulate import GRAPH_TOKENS, _allreduce
+    from latsim.catalog.lookup import load_device, load_model
+    from latsim.costmodel.shard import shard_model
+
+    shard = shard_model(load_model("llama-3.1-8b"), tp=2)
+    ar = {"worlds": {"2": _table("nccl", [4096, 2**28])},
+          "modes": {"vllm_custom": {"2": _table("vllm_custom", [4096, 2**23])}}}
+    t = np.array([1.0, 64.0, float(GRAPH_TOKENS), GRAPH_TOKENS + 1.0, 4096.0])
+    notes: list[str] = []
+    got = _allreduce(_predictors(ar), shard, t, load_device("h200"), notes)
+    nbytes = t * shard.hidden * shard.act_bytes
+    count = 2.0 * shard.layers + 1.0
+    custom = _predictors(ar).allreduce_s(nbytes, 2, graph=True)
+    eager = _predictors(ar).allreduce_s(nbytes, 2)
+    assert custom is not None and eager is not None
+    np.testing.assert_allclose(got[:3], count * custom[:3], rtol=1e-12)  # graph replays: custom
+    np.testing.assert_allclose(got[3:], count * eager[3:], rtol=1e-12)  # eager steps: NCCL
+    assert got[2] < got[3] and not notes
