@@ -129,7 +129,7 @@ def validate(
 ) -> None:
     """Replay measured runs in the simulator and print signed errors (predicted vs measured)."""
     from latsim.report.tables import validation_table
-    from latsim.validate.compare import compare_run, error_table, find_runs, headline
+    from latsim.validate.compare import CLIENT_LAG_LIMIT_S, compare_run, error_table, find_runs, headline
 
     if not run.exists():
         raise UserError(f"{run} does not exist")
@@ -145,8 +145,15 @@ def validate(
         print(table.to_json(orient="records"))
         return
     out.print(validation_table(table))
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
     out.print("median |error| over Poisson levels:")
-    out.print(headline(table).to_string(float_format=lambda x: f"{100 * x:.1f}%"))
+    out.print(headline(table).to_string(float_format=pct))
+    bound = sorted({f"{lv.run_dir}" for lv in levels if lv.client_bound})
+    if bound:
+        out.print(f"client-bound runs (send lag p99 > {CLIENT_LAG_LIMIT_S * 1e3:.0f} ms; the client, not the "
+                  f"engine, set their latencies): {', '.join(bound)}")
+        out.print("median |error| over Poisson levels, client-bound runs left out:")
+        out.print(headline(table, engine_bound_only=True).to_string(float_format=pct))
 
 
 @app.command()

@@ -4,8 +4,8 @@
     python scripts/validation_table.py /tmp/val/errors.csv --fit 'h200/llama-3.1-8b-'
 
 Rows: every run (signed errors of p50/p99 TTFT, TPOT, E2E); then the median |error| over the
-Poisson levels of each group (the fitted runs, all held-out runs, those at TP=1, and held-out
-runs per model).
+Poisson levels of each group (the fitted runs, all held-out runs, those at TP=1 with and without
+the client-bound runs, and held-out runs per model).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def wide(errors: pd.DataFrame) -> pd.DataFrame:
     w = t.pivot_table(index="run", columns=["metric", "stat"], values="error")[COLS]
     w.columns = [f"{m.split('_')[0]}_{s}" for m, s in COLS]
     qps = t.groupby("run")["offered_qps"].first()
-    return w.assign(qps=qps)
+    bound = t.groupby("run")["client_bound"].first() if "client_bound" in t else False
+    return w.assign(qps=qps, client_bound=bound)
 
 
 def group_of(run: str, fit: str) -> str:
@@ -48,11 +49,13 @@ def main() -> None:
     for run, r in w.iterrows():
         qps = "burst" if run.endswith("/burst") else f"{r['qps']:.1f}"
         cells = " | ".join(f"{v * 100:+.0f}%" for v in r.iloc[:6])
-        print(f"| {run} | {'fit' if r['set'] == 'fit' else 'held out'} | {qps} | {cells} |")
+        tag = ("fit" if r["set"] == "fit" else "held out") + (", client-bound" if r["client_bound"] else "")
+        print(f"| {run} | {tag} | {qps} | {cells} |")
     poisson = w[~w.index.str.endswith("/burst")]
     held = poisson[poisson["set"] != "fit"]
     tp1 = held[~held["set"].str.contains("TP=")]
-    groups = [("fit", poisson[poisson["set"] == "fit"]), ("held out, all", held), ("held out, TP=1", tp1)]
+    groups = [("fit", poisson[poisson["set"] == "fit"]), ("held out, all", held), ("held out, TP=1", tp1),
+              ("held out, TP=1, client-bound runs left out", tp1[~tp1["client_bound"].astype(bool)])]
     groups += [(g, d) for g, d in held.groupby("set")]
     print("\n| median \\|error\\| over Poisson levels | runs | " + " | ".join(
         c.replace("_", " ").upper().replace(" P", " p") for c in w.columns[:6]) + " |\n|" + " --- |" * 8)

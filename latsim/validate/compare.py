@@ -21,6 +21,8 @@ from latsim.deployment import Deployment, EngineConfig
 from latsim.validate.records import load_run
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+CLIENT_LAG_LIMIT_S = 0.05
+"""A Poisson level whose client sent its requests with a p99 lag above this was client-bound."""
 STATS = ("mean", "p50", "p90", "p99")
 
 
@@ -35,6 +37,20 @@ class LevelComparison:
     predicted: dict
     measured_records: pd.DataFrame
     predicted_records: pd.DataFrame
+    client_bound: bool = False
+
+
+def client_bound(meta: dict) -> bool:
+    """Whether the measuring client, not the engine, limited an open-loop run.
+
+    An open-loop client sends each request at its scheduled time; a p99 send lag above
+    :data:`CLIENT_LAG_LIMIT_S` means its event loop was saturated, which also delays the token
+    times it records.  Bursts send everything at once and are never flagged.
+    """
+    if (meta.get("load") or {}).get("mode") != "open":
+        return False
+    lag = (meta.get("send_lag_s") or {}).get("p99")
+    return isinstance(lag, (int, float)) and lag > CLIENT_LAG_LIMIT_S
 
 
 def find_runs(root: str | Path) -> list[Path]:
@@ -80,7 +96,7 @@ def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=N
     trace_meta = m.meta.get("trace") or {}
     return LevelComparison(str(run_dir), str(m.meta.get("level", Path(run_dir).name)),
                            trace_meta.get("offered_qps"), measured, result.summary,
-                           measured_records, result.records)
+                           measured_records, result.records, client_bound(m.meta))
 
 
 def error_table(levels: list[LevelComparison]) -> pd.DataFrame:
@@ -93,13 +109,17 @@ def error_table(levels: list[LevelComparison]) -> pd.DataFrame:
                 pred = (lv.predicted.get(metric) or {}).get(stat)
                 err = (pred - meas) / meas if meas and pred is not None else np.nan
                 rows.append({"run": lv.run_dir, "level": lv.level, "offered_qps": lv.offered_qps,
-                             "metric": metric, "stat": stat, "measured": meas, "predicted": pred,
-                             "error": err})
+                             "client_bound": lv.client_bound, "metric": metric, "stat": stat,
+                             "measured": meas, "predicted": pred, "error": err})
     return pd.DataFrame(rows)
 
 
-def headline(table: pd.DataFrame, poisson_only: bool = True) -> pd.DataFrame:
-    """Median |error| per (metric, statistic) over the Poisson levels (bursts excluded)."""
+def headline(table: pd.DataFrame, poisson_only: bool = True, engine_bound_only: bool = False) -> pd.DataFrame:
+    """Median |error| per (metric, statistic) over the Poisson levels (bursts excluded), and
+    with ``engine_bound_only`` without the client-bound runs (:func:`client_bound`)."""
     t = table[table["level"] != "burst"] if poisson_only else table
+    if engine_bound_only and "client_bound" in t:
+        t = t[~t["client_bound"].astype(bool)]
     return (t.assign(abs_error=t["error"].abs())
-            .groupby(["metric", "stat"])["abs_error"].median().unstack("stat")[list(STATS)])
+            .groupby(["metric", "stat"])["abs_error"].median().unstack("stat")
+            .reindex(index=list(METRICS), columns=list(STATS)))

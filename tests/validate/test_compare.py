@@ -1,0 +1,72 @@
+"""``latsim validate``: replaying committed runs, the signed error table, client-bound runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from latsim.cli import main
+from latsim.validate.compare import (
+    CLIENT_LAG_LIMIT_S,
+    METRICS,
+    STATS,
+    client_bound,
+    compare_run,
+    error_table,
+    headline,
+)
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "validation" / "h200"
+SMALL_RUN = DATA / "llama-2-7b-mix" / "f0.25"  # 89 requests
+CLIENT_BOUND_RUN = DATA / "llama-3.2-1b-fixed-in512-out128" / "f0.50"
+
+
+def cli(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["latsim", *argv])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_replay_gives_signed_errors_for_every_metric_and_statistic() -> None:
+    level = compare_run(SMALL_RUN, "h200")
+    table = error_table([level])
+    assert len(table) == len(METRICS) * len(STATS) and not table["client_bound"].any()
+    row = table[(table["metric"] == "ttft_ms") & (table["stat"] == "p50")].iloc[0]
+    assert row["error"] == pytest.approx((row["predicted"] - row["measured"]) / row["measured"])
+    assert row["measured"] == pytest.approx(level.measured["ttft_ms"]["p50"])
+    assert len(level.predicted_records) == len(level.measured_records) == 89
+
+
+def test_client_bound_runs_are_flagged_and_can_be_left_out() -> None:
+    assert client_bound({"load": {"mode": "open"}, "send_lag_s": {"p99": CLIENT_LAG_LIMIT_S * 2}})
+    assert not client_bound({"load": {"mode": "open"}, "send_lag_s": {"p99": CLIENT_LAG_LIMIT_S / 2}})
+    assert not client_bound({"load": {"mode": "burst"}, "send_lag_s": {"p99": 1.0}})
+    assert not client_bound({})
+    table = pd.DataFrame({"run": ["a", "b"], "level": ["f0.25", "f0.50"], "client_bound": [False, True],
+                          "metric": ["ttft_ms"] * 2, "stat": ["p50"] * 2, "error": [0.1, -0.9]})
+    assert headline(table).loc["ttft_ms", "p50"] == pytest.approx(0.5)
+    assert headline(table, engine_bound_only=True).loc["ttft_ms", "p50"] == pytest.approx(0.1)
+
+
+def test_cli_reports_client_bound_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(["validate", str(CLIENT_BOUND_RUN), "--device", "h200"], monkeypatch, capsys)
+    assert code == 0
+    assert "client-bound runs" in out and "client-bound runs left out" in out
+
+
+def test_cli_json_and_bad_path(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                               tmp_path: Path) -> None:
+    code, out, _ = cli(["validate", str(SMALL_RUN), "--device", "h200", "--json"], monkeypatch, capsys)
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == len(METRICS) * len(STATS)
+    code, _, err = cli(["validate", str(tmp_path / "missing"), "--device", "h200"], monkeypatch, capsys)
+    assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
