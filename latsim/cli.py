@@ -13,8 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from latsim.config import load_deployment_file
-from latsim.scenario import Settings
+from latsim.config import Settings, load_deployment_file
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict LLM serving latency (TTFT, TPOT, ITL, E2E) before deploying.")

@@ -14,18 +14,25 @@ is accepted.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@dataclass
+class Settings:
+    """Every prediction setting; ``None`` means "not given" (a file or the default fills it)."""
 
-
-class EngineSection(_Strict):
+    model: str | None = None
+    device: str | None = None
+    tp: int | None = None
+    replicas: int | None = None
+    router: str | None = None
+    weight_dtype: str | None = None
+    kv_dtype: str | None = None
     engine: str | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
@@ -36,9 +43,6 @@ class EngineSection(_Strict):
     enable_prefix_caching: bool | None = None
     async_scheduling: bool | None = None
     num_gpu_blocks: int | None = None
-
-
-class WorkloadSection(_Strict):
     qps: float | None = None
     trace: str | None = None
     arrival: str | None = None
@@ -50,19 +54,32 @@ class WorkloadSection(_Strict):
     seed: int | None = None
 
 
-class DeploymentFile(_Strict):
-    model: str | None = None
-    device: str | None = None
-    tp: int | None = None
-    replicas: int | None = None
-    router: str | None = None
-    weight_dtype: str | None = None
-    kv_dtype: str | None = None
-    engine: EngineSection = EngineSection()
-    workload: WorkloadSection = WorkloadSection()
+
+ENGINE_KEYS = ("engine", "max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",
+               "max_model_len", "enable_chunked_prefill", "enable_prefix_caching", "async_scheduling",
+               "num_gpu_blocks")
+WORKLOAD_KEYS = ("qps", "trace", "arrival", "input_len", "input_dist", "output_len", "output_dist",
+                 "num_requests", "seed")
+"""Settings grouped under ``engine:`` and ``workload:`` in a file; the others sit at the top."""
+
+_STRICT = ConfigDict(extra="forbid")
 
 
-def load_deployment_file(path: str | Path) -> DeploymentFile:
+def _section(name: str, keys: tuple[str, ...], **extra: Any) -> type[BaseModel]:
+    """A strict pydantic model with ``keys`` of :class:`Settings` (same types, default None)."""
+    hints = get_type_hints(Settings)
+    spec: dict[str, Any] = {k: (hints[k], None) for k in keys}
+    return create_model(name, __config__=_STRICT, **spec, **extra)
+
+
+EngineSection = _section("EngineSection", ENGINE_KEYS)
+WorkloadSection = _section("WorkloadSection", WORKLOAD_KEYS)
+_TOP_KEYS = tuple(f.name for f in fields(Settings) if f.name not in ENGINE_KEYS + WORKLOAD_KEYS)
+DeploymentFile = _section("DeploymentFile", _TOP_KEYS, engine=(EngineSection, EngineSection()),
+                          workload=(WorkloadSection, WorkloadSection()))
+
+
+def load_deployment_file(path: str | Path) -> Any:
     """Parse and validate a deployment file; ValueError names the file and the bad field."""
     p = Path(path)
     try:

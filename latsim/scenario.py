@@ -6,49 +6,17 @@ Python API and examples agree on them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import numpy as np
+from pydantic import BaseModel
 
 from latsim.catalog.lookup import load_device, load_model
-from latsim.config import DeploymentFile
+from latsim.config import Settings
 from latsim.deployment import Deployment, EngineConfig
 from latsim.workload.generate import synthesize
 from latsim.workload.io import read_trace
 from latsim.workload.trace import RequestTrace
-
-
-@dataclass
-class Settings:
-    """Every prediction setting; ``None`` means "not given" (a file or the default fills it)."""
-
-    model: str | None = None
-    device: str | None = None
-    tp: int | None = None
-    replicas: int | None = None
-    router: str | None = None
-    weight_dtype: str | None = None
-    kv_dtype: str | None = None
-    engine: str | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    block_size: int | None = None
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    enable_chunked_prefill: bool | None = None
-    enable_prefix_caching: bool | None = None
-    async_scheduling: bool | None = None
-    num_gpu_blocks: int | None = None
-    qps: float | None = None
-    trace: str | None = None
-    arrival: str | None = None
-    input_len: int | None = None
-    input_dist: str | None = None
-    output_len: int | None = None
-    output_dist: str | None = None
-    num_requests: int | None = None
-    seed: int | None = None
-
 
 DEFAULTS = Settings(
     model="llama-3.1-8b", device="h100", tp=1, replicas=1, router="round-robin", weight_dtype="bf16",
@@ -61,12 +29,13 @@ DEFAULTS = Settings(
 DEFAULT_NUM_REQUESTS = 1000
 
 
-def merge(flags: Settings, file: DeploymentFile | None) -> Settings:
-    """Flags win over the file, the file over :data:`DEFAULTS`."""
+def merge(flags: Settings, file: BaseModel | None) -> Settings:
+    """Flags win over the file (a validated :data:`~latsim.config.DeploymentFile`), the file over
+    :data:`DEFAULTS`."""
     from_file: dict = {}
     if file is not None:
-        from_file = {**file.model_dump(exclude={"engine", "workload"}), **file.engine.model_dump(),
-                     **file.workload.model_dump()}
+        from_file = file.model_dump()
+        from_file.update(from_file.pop("engine"), **from_file.pop("workload"))
     merged = {}
     for f in fields(Settings):
         for source in (getattr(flags, f.name), from_file.get(f.name), getattr(DEFAULTS, f.name)):
