@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from latsim.validate.gcwatch import GcWatch
 from latsim.validate.loadgen import (
     LoadSpec,
     Recorder,
@@ -57,11 +58,16 @@ class HttpOptions:
     """Client choices: prompt style, id range and seed, extra JSON body keys, headers.
 
     ``extra_body`` is merged last into every request body (it may override the defaults).
+    Prompts are drawn from streams keyed by ``seed`` and the request id ``<run_id>-<index>``;
+    ``run_id`` defaults to one new per run (the start time), so that two runs against the same
+    server never share prompts and the server's prefix cache cannot serve one run from another.
+    Give ``run_id`` to replay exactly the prompts of an earlier run (it is in ``meta.json``).
     """
 
     prompt: str = "token_ids"
     vocab_size: int = 32000
     seed: int = 0
+    run_id: str | None = None
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
 
@@ -157,16 +163,18 @@ async def run_http_async(endpoint: str, model_name: str, trace: RequestTrace, lo
     """Coroutine behind :func:`run_http`, for callers that already run an event loop."""
     opt = options or HttpOptions()
     url = completions_url(endpoint)
-    specs = specs_from_trace(trace, load, id_prefix="http")
+    run_id = opt.run_id or dt.datetime.now(dt.timezone.utc).strftime("http-%Y%m%dT%H%M%S%f")
+    specs = specs_from_trace(trace, load, id_prefix=run_id)
     started = dt.datetime.now(dt.timezone.utc).isoformat()
     connector = aiohttp.TCPConnector(limit=load.concurrency or 0)
     timeout = aiohttp.ClientTimeout(total=None)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        records, duration = await run_load(HttpBackend(session, url, model_name, opt), specs, load)
+        with GcWatch() as gc_watch:
+            records, duration = await run_load(HttpBackend(session, url, model_name, opt), specs, load)
     full_meta = {
-        **run_meta("http", trace, load, records, started, duration),
+        **run_meta("http", trace, load, records, started, duration), "client_gc": gc_watch.stats(),
         "endpoint": url, "model": {"name": model_name},
-        "client": {"prompt": opt.prompt, "seed": opt.seed, "aiohttp": aiohttp.__version__,
+        "client": {"prompt": opt.prompt, "seed": opt.seed, "run_id": run_id, "aiohttp": aiohttp.__version__,
                    "python": platform.python_version()},
         **(meta or {}),
     }

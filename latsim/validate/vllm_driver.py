@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from latsim.validate.gcwatch import GcWatch
 from latsim.validate.loadgen import LoadSpec, Recorder, RequestSpec, prompt_token_ids, run_load, run_meta
 from latsim.validate.loadgen import specs_from_trace as _specs
 from latsim.validate.measurement import Measurement
@@ -265,8 +266,10 @@ class EngineSession:
         specs = _specs(level.trace, level.load, id_prefix=level.name)
         reset = await reset_prefix_cache(self.engine) if self.options.reset_prefix_cache else None
         started = dt.datetime.now(dt.timezone.utc).isoformat()
-        records, duration = await run_load(self.backend, specs, level.load)
+        with GcWatch() as gc_watch:
+            records, duration = await run_load(self.backend, specs, level.load)
         full_meta = {**run_meta("vllm", level.trace, level.load, records, started, duration),
+                     "client_gc": gc_watch.stats(),
                      "level": level.name, "prefix_cache_reset": reset, **self.meta}
         out_dir = None if out_root is None else Path(out_root) / level.name
         if out_dir is not None:

@@ -155,3 +155,17 @@ def test_load_spec_validation() -> None:
         LoadSpec(mode="concurrency")
     with pytest.raises(ValueError, match="request_timeout_s=0"):
         LoadSpec(request_timeout_s=0)
+
+
+def test_runs_never_share_prompts_unless_asked_to() -> None:
+    """Two runs against one server (whose prefix cache would serve the second from the first)."""
+    with StreamingTestServer(ServerSchedule(first_token_s=0.001, token_interval_s=0.001)) as srv:
+        first = run_http(srv.url, "m", trace(3, out=2), LoadSpec(request_timeout_s=5))
+        second = run_http(srv.url, "m", trace(3, out=2), LoadSpec(request_timeout_s=5))
+        run_id = first.meta["client"]["run_id"]
+        again = run_http(srv.url, "m", trace(3, out=2), LoadSpec(request_timeout_s=5),
+                         options=HttpOptions(run_id=run_id))
+    prompts = [tuple(b["prompt"][:16]) for b in srv.bodies]
+    assert len(set(prompts[:6])) == 6  # first and second: all distinct
+    assert sorted(prompts[6:]) == sorted(prompts[:3])  # the same run_id replays the first run's prompts
+    assert second.meta["client"]["run_id"] != run_id and "client_gc" in again.meta

@@ -120,6 +120,7 @@ def test_levels_are_measured_and_written(tmp_path: Path) -> None:
     assert len(resets) == 2 and names[resets[0] - 1].startswith("warmup-")
     assert names[resets[1] - 1].startswith("open-") and names[resets[1] + 1].startswith("closed-")
     assert loaded.meta["prefix_cache_reset"] is True
+    assert loaded.meta["client_gc"]["frozen_before"] is True and loaded.meta["client_gc"]["collections"] >= 0
 
 
 def test_levels_never_repeat_prompts() -> None:
