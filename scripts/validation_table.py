@@ -4,8 +4,8 @@
     python scripts/validation_table.py /tmp/val/errors.csv --fit 'h200/llama-3.1-8b-'
 
 Rows: every run (signed errors of p50/p99 TTFT, TPOT, E2E); then the median |error| over the
-Poisson levels of each group (the fitted runs, all held-out runs, those at TP=1 with and without
-the client-bound runs, and held-out runs per model).
+Poisson levels of each group (the fitted runs, all held-out runs, those at TP=1 and at TP>1 with
+and without the client-bound runs, and held-out runs per model).
 """
 
 from __future__ import annotations
@@ -53,9 +53,11 @@ def main() -> None:
         print(f"| {run} | {tag} | {qps} | {cells} |")
     poisson = w[~w.index.str.endswith("/burst")]
     held = poisson[poisson["set"] != "fit"]
-    tp1 = held[~held["set"].str.contains("TP=")]
-    groups = [("fit", poisson[poisson["set"] == "fit"]), ("held out, all", held), ("held out, TP=1", tp1),
-              ("held out, TP=1, client-bound runs left out", tp1[~tp1["client_bound"].astype(bool)])]
+    multi = held["set"].str.contains("TP=")
+    groups = [("fit", poisson[poisson["set"] == "fit"]), ("held out, all", held)]
+    for name, part in (("TP=1", held[~multi]), ("TP>1", held[multi])):
+        groups += [(f"held out, {name}", part),
+                   (f"held out, {name}, client-bound runs left out", part[~part["client_bound"].astype(bool)])]
     groups += [(g, d) for g, d in held.groupby("set")]
     print("\n| median \\|error\\| over Poisson levels | runs | " + " | ".join(
         c.replace("_", " ").upper().replace(" P", " p") for c in w.columns[:6]) + " |\n|" + " --- |" * 8)

@@ -126,6 +126,10 @@ class Predictors:
             out = np.where(take, np.exp(np.interp(lx, lb, ls)), out)
         return np.asarray(out, dtype=np.float64)
 
+    def has_graph_allreduce(self, world: int) -> bool:
+        """Whether the profile timed all-reduce inside CUDA graphs (``vllm_custom`` or ``nccl_graph``)."""
+        return any(self._allreduce_table(m, world) is not None for m in ("vllm_custom", "nccl_graph"))
+
     def _allreduce_table(self, mode: str, world: int) -> dict[str, Any] | None:
         """The ``{"bytes", "seconds"}`` table of ``mode`` for ``world`` (``nccl`` is top-level), or None."""
         ar = self.allreduce or {}

@@ -116,17 +116,33 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[
 
 
 def _allreduce(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec, notes: list[str]) -> Arr:
+    """All-reduce seconds of a step of ``t`` tokens (two per layer plus one after the embedding).
+
+    Steps of at most :data:`GRAPH_TOKENS` tokens replay a CUDA graph in vLLM, which then runs its
+    custom all-reduce: the profile's in-graph tables when it has them, else the roofline's
+    all-reduce (its latency is the custom kernel's, ``costmodel/data/roofline.yaml``).  Larger
+    steps run eagerly: the profile's NCCL table, else the ring formula.
+    """
     if s.tp == 1:
         return np.zeros_like(t)
     count, nbytes = 2.0 * s.layers + 1.0, t * s.hidden * s.act_bytes
-    measured = p.allreduce_s(nbytes, s.tp)
-    if measured is not None:
-        # Steps of at most GRAPH_TOKENS tokens replay a CUDA graph in vLLM (its default capture
-        # limit), where it runs its custom all-reduce: the graph tables when the profile has them.
-        in_graph = p.allreduce_s(nbytes, s.tp, graph=True)
-        return count * np.where(t <= GRAPH_TOKENS, in_graph if in_graph is not None else measured, measured)
-    notes.append(f"all-reduce over {s.tp} GPUs not measured: ring formula on the catalog's interconnect bandwidth")
-    return count * (2.0 * (s.tp - 1) / s.tp * nbytes / device.interconnect_bw)
+    eager = p.allreduce_s(nbytes, s.tp)
+    if eager is None:
+        notes.append(f"all-reduce over {s.tp} GPUs not measured: ring formula on the catalog's interconnect bandwidth")
+        eager = 2.0 * (s.tp - 1) / s.tp * nbytes / device.interconnect_bw
+    in_graph = p.allreduce_s(nbytes, s.tp, graph=True) if p.has_graph_allreduce(s.tp) else None
+    if in_graph is None:
+        notes.append(f"all-reduce over {s.tp} GPUs inside CUDA graphs not measured: roofline (custom all-reduce)")
+        in_graph = _roofline_allreduce(nbytes, s.tp, device)
+    return count * np.where(t <= GRAPH_TOKENS, in_graph, eager)
+
+
+def _roofline_allreduce(nbytes: Arr, tp: int, device: DeviceSpec) -> Arr:
+    from latsim.costmodel.roofline_params import default_roofline_params
+
+    params = default_roofline_params()
+    bus = device.interconnect_bw * params.allreduce_efficiency
+    return np.asarray(params.allreduce_latency_s + 2.0 * (tp - 1) / tp * nbytes / bus, dtype=np.float64)
 
 
 def per_sample(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> Arr:

@@ -233,3 +233,24 @@ def test_steps_within_the_graph_limit_use_the_graph_all_reduce() -> None:
     np.testing.assert_allclose(got[:3], count * custom[:3], rtol=1e-12)  # graph replays: custom
     np.testing.assert_allclose(got[3:], count * eager[3:], rtol=1e-12)  # eager steps: NCCL
     assert got[2] < got[3] and not notes
+
+
+def test_without_graph_timings_graph_steps_use_the_roofline_custom_all_reduce() -> None:
+    from latsim.calibration.tabulate import GRAPH_TOKENS, _allreduce
+    from latsim.catalog.lookup import load_device, load_model
+    from latsim.costmodel.roofline_params import default_roofline_params
+    from latsim.costmodel.shard import shard_model
+
+    shard, device = shard_model(load_model("llama-3.1-8b"), tp=2), load_device("h200")
+    only_nccl = _predictors({"worlds": {"2": _table("nccl", [4096, 2**28])}})
+    assert not only_nccl.has_graph_allreduce(2)
+    t = np.array([8.0, float(GRAPH_TOKENS), 2048.0])
+    notes: list[str] = []
+    got = _allreduce(only_nccl, shard, t, device, notes)
+    nbytes = t * shard.hidden * shard.act_bytes
+    params = default_roofline_params()
+    roofline = params.allreduce_latency_s + nbytes / (device.interconnect_bw * params.allreduce_efficiency)
+    count = 2.0 * shard.layers + 1.0
+    np.testing.assert_allclose(got[:2], count * roofline[:2], rtol=1e-12)
+    np.testing.assert_allclose(got[2], count * only_nccl.allreduce_s(nbytes, 2)[2], rtol=1e-12)
+    assert any("inside CUDA graphs not measured" in n for n in notes)
