@@ -3,6 +3,7 @@
 #
 #   bash scripts/device_calibrate.sh            # from the repository root, on the GPU machine
 #   DEVICE=h200 bash scripts/device_calibrate.sh --only quick
+#   bash scripts/device_calibrate.sh --only full --families comm,moe   # 2+ GPUs: all-reduce modes, vLLM MoE
 #
 # Results: $OUT/<device>-quick.tar.gz, $OUT/<device>-full.tar.gz, $OUT/summary.json and
 # $OUT/calibrate.log.  Unpack a tarball into latsim/data/calibration/<device>/ and run
