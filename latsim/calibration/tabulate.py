@@ -27,11 +27,11 @@ import numpy as np
 from latsim.calibration.interp import knots
 from latsim.calibration.predict import Arr, Predictors
 from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.host import MAX_CUDAGRAPH_TOKENS
 from latsim.costmodel.ops import FEATURES, OpForm, evaluate, op_forms
 from latsim.costmodel.shard import ShardSpec
 
 T_KNOTS = knots(1, 512, 131072, 1.02)
-GRAPH_TOKENS = 512  # vLLM 0.25.1's default largest CUDA-graph capture size (tokens per step)
 D_KNOTS = knots(1, 32, 4096, 1.08)
 C_KNOTS = knots(1, 16, 2**19, 1.08)
 Q_KNOTS = knots(1, 16, 65536, 1.10)
@@ -118,10 +118,11 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[
 def _allreduce(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec, notes: list[str]) -> Arr:
     """All-reduce seconds of a step of ``t`` tokens (two per layer plus one after the embedding).
 
-    Steps of at most :data:`GRAPH_TOKENS` tokens replay a CUDA graph in vLLM, which then runs its
-    custom all-reduce: the profile's in-graph tables when it has them, else the roofline's
-    all-reduce (its latency is the custom kernel's, ``costmodel/data/roofline.yaml``).  Larger
-    steps run eagerly: the profile's NCCL table, else the ring formula.
+    Steps of at most :data:`~latsim.costmodel.host.MAX_CUDAGRAPH_TOKENS` tokens replay a CUDA
+    graph in vLLM, which then runs its custom all-reduce: the profile's in-graph tables when it
+    has them, else the roofline's all-reduce (its latency is the custom kernel's,
+    ``costmodel/data/roofline.yaml``).  Larger steps run eagerly: the profile's NCCL table, else
+    the ring formula.
     """
     if s.tp == 1:
         return np.zeros_like(t)
@@ -134,15 +135,16 @@ def _allreduce(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec, notes: l
     if in_graph is None:
         notes.append(f"all-reduce over {s.tp} GPUs inside CUDA graphs not measured: roofline (custom all-reduce)")
         in_graph = _roofline_allreduce(nbytes, s.tp, device)
-    return count * np.where(t <= GRAPH_TOKENS, in_graph, eager)
+    return count * np.where(t <= MAX_CUDAGRAPH_TOKENS, in_graph, eager)
 
 
 def _roofline_allreduce(nbytes: Arr, tp: int, device: DeviceSpec) -> Arr:
+    from latsim.costmodel.roofline import allreduce_per_byte_s
     from latsim.costmodel.roofline_params import default_roofline_params
 
     params = default_roofline_params()
-    bus = device.interconnect_bw * params.allreduce_efficiency
-    return np.asarray(params.allreduce_latency_s + 2.0 * (tp - 1) / tp * nbytes / bus, dtype=np.float64)
+    per_byte = allreduce_per_byte_s(tp, device, params)
+    return np.asarray(params.allreduce_latency_s + nbytes * per_byte, dtype=np.float64)
 
 
 def per_sample(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> Arr:

@@ -73,10 +73,14 @@ def default_host_overhead(kind: str, engine: str = "vllm-0.25.1") -> HostOverhea
                         eager_moe_layer_s=float(entry.get("eager_moe_layer_s", 0.0)))
 
 
+MAX_CUDAGRAPH_TOKENS = 512
+"""vLLM 0.25.1's largest default CUDA-graph capture size (tokens per step)."""
+
+
 def cudagraph_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
     """The most tokens a step may have and still replay a captured CUDA graph (vLLM 0.25.1's
     default capture sizes end at ``min(2 x max_num_seqs, 512, max_num_batched_tokens)``)."""
-    return min(2 * max_num_seqs, 512, max_num_batched_tokens)
+    return min(2 * max_num_seqs, MAX_CUDAGRAPH_TOKENS, max_num_batched_tokens)
 
 
 class HostOverlapCostModel:

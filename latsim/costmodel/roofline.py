@@ -101,14 +101,19 @@ def _merged(*forms: Terms) -> Terms:
     return tuple(sorted(acc.items()))
 
 
+def allreduce_per_byte_s(tp: int, device: DeviceSpec, params: RooflineParams) -> float:
+    """Seconds per message byte of a ring all-reduce over ``tp`` GPUs at the roofline's bus
+    efficiency (one call costs ``params.allreduce_latency_s`` plus this per byte)."""
+    if device.interconnect_bw <= 0:
+        raise ValueError(f"device {device.name!r}: interconnect_bw={device.interconnect_bw} must be > 0 for tp={tp}")
+    return 2.0 * (tp - 1) / tp / (device.interconnect_bw * params.allreduce_efficiency)
+
+
 def _op_time_form(f: OpForm, device: DeviceSpec, params: RooflineParams, tp: int) -> TimeForm:
     if f.kind == "comm":
         if not f.bytes:
             return TimeForm(f.name, (), (), ())
-        if device.interconnect_bw <= 0:
-            raise ValueError(f"device {device.name!r}: interconnect_bw={device.interconnect_bw} "
-                             f"must be > 0 for tp={tp}")
-        per_byte = 2.0 * (tp - 1) / tp / (device.interconnect_bw * params.allreduce_efficiency)
+        per_byte = allreduce_per_byte_s(tp, device, params)
         return TimeForm(f.name, (), (), _merged(_scaled(f.launches, params.allreduce_latency_s),
                                                 _scaled(f.bytes, per_byte)))
     peak = device.flops_for(f.compute_dtype)
