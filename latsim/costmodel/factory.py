@@ -69,7 +69,8 @@ def calibration_status(device_name: str) -> str:
 
 def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",
                      kv_dtype: str = "bf16", kind: str = "auto", asynchronous: bool = True,
-                     host: HostOverhead | None = None, graph_tokens: int | None = None) -> CostModel:
+                     host: HostOverhead | None = None, graph_tokens: int | None = None,
+                     gpu: CostModel | None = None) -> CostModel:
     """The cost model of ``kind`` for this deployment (``auto``: calibrated if available, else roofline).
 
     The GPU-side model is wrapped with the engine's host time (``host``, default: the values
@@ -77,9 +78,10 @@ def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_d
     ValueError for an unknown ``kind`` and whatever the chosen model raises for an invalid
     deployment (unknown dtype, ``tp`` that does not shard the model).  ``graph_tokens`` is the
     engine's CUDA-graph limit (:func:`~latsim.costmodel.host.cudagraph_limit`); steps above it
-    pay the eager-launch term, ``None`` prices every step as a graph replay.
+    pay the eager-launch term, ``None`` prices every step as a graph replay.  ``gpu`` reuses a
+    GPU-only model already built for this deployment (fitting replays one many times).
     """
-    gpu = gpu_cost_model(model, device, tp, weight_dtype, kv_dtype, kind)
+    gpu = gpu or gpu_cost_model(model, device, tp, weight_dtype, kv_dtype, kind)
     return HostOverlapCostModel(gpu, host or default_host_overhead(gpu.kind), asynchronous,
                                 layers=model.num_layers, moe_layers=model.num_moe_layers, graph_tokens=graph_tokens)
 

@@ -16,6 +16,7 @@ import pandas as pd
 import simpy
 
 from latsim.costmodel.batch import CostModel
+from latsim.costmodel.host import HostOverhead
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.engine.memory import MemoryPlan, plan_memory
 from latsim.engine.recorder import Recorder
@@ -58,13 +59,15 @@ def graph_tokens(engine: EngineConfig) -> int:
     return cudagraph_limit(engine.max_num_seqs, engine.max_num_batched_tokens)
 
 
-def default_cost_model(deployment: Deployment, engine: EngineConfig) -> CostModel:
-    """The deployment's default cost model, with the host terms of the resolved ``engine``."""
+def default_cost_model(deployment: Deployment, engine: EngineConfig, *, host: HostOverhead | None = None,
+                       gpu: CostModel | None = None) -> CostModel:
+    """The deployment's cost model with the host terms of the resolved ``engine``: ``host``
+    (default: the fitted ones) around ``gpu`` (default: built for the deployment)."""
     from latsim.costmodel.factory import build_cost_model
 
     return build_cost_model(deployment.model, deployment.device, deployment.tp, deployment.weight_dtype,
                             deployment.kv_dtype, asynchronous=engine.async_scheduling and engine.engine != "static",
-                            graph_tokens=graph_tokens(engine))
+                            host=host, graph_tokens=graph_tokens(engine), gpu=gpu)
 
 
 def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost_model: CostModel | None = None,

@@ -19,7 +19,7 @@ from scipy.optimize import minimize
 
 from latsim.costmodel.batch import CostModel
 from latsim.costmodel.factory import gpu_cost_model
-from latsim.costmodel.host import HostOverhead, HostOverlapCostModel
+from latsim.costmodel.host import HostOverhead
 from latsim.deployment import Deployment, resolve_engine
 from latsim.metrics.per_request import add_latencies
 from latsim.validate.compare import deployment_for
@@ -59,12 +59,9 @@ def load_replays(run_dirs: list[Path], device: str, kind: str = "auto") -> list[
 
 
 def predict(replay: Replay, host: HostOverhead):
-    from latsim.engine.simulate import graph_tokens, simulate
+    from latsim.engine.simulate import default_cost_model, simulate
 
-    engine = resolve_engine(replay.deployment)
-    model = replay.deployment.model
-    cost = HostOverlapCostModel(replay.gpu, host, engine.async_scheduling, layers=model.num_layers,
-                                moe_layers=model.num_moe_layers, graph_tokens=graph_tokens(engine))
+    cost = default_cost_model(replay.deployment, resolve_engine(replay.deployment), host=host, gpu=replay.gpu)
     return simulate(replay.deployment, replay.trace, cost_model=cost).records
 
 
