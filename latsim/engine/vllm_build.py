@@ -137,7 +137,7 @@ def build_vllm_scheduler(**kw: Any) -> Any:
 
 
 
-def _block_hasher(scheduler: Any) -> Any:
+def block_hasher(scheduler: Any) -> Any:
     """The engine core's block hasher (``EngineCore.__init__``): prefix-cache keys, or None."""
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash

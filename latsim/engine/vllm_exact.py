@@ -7,7 +7,8 @@ is built (:func:`build_vllm_scheduler`); the semantics it exhibits are written u
 ``docs/vllm-v1-scheduling.md``. The same pieces (:func:`build_vllm_scheduler`,
 :class:`VllmCore`) drive ``--engine vllm-exact`` on latsim's clock
 (:mod:`latsim.engine.vllm_exact_scheduler`). This module imports nothing from latsim but
-:mod:`latsim.engine.steprecord`: the oracle runs it in vLLM's reference python.
+:mod:`latsim.engine.steprecord` and :mod:`latsim.engine.vllm_build` (which builds the scheduler):
+the oracle runs it in vLLM's reference python.
 
 Design note on the loop (:meth:`VllmCore.engine_step`): it mirrors the engine core's
 ``EngineCore.step`` (synchronous) and ``EngineCore.step_with_batch_queue`` (asynchronous, two
@@ -25,12 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latsim.engine.steprecord import StepRecord, StreamRequest
-from latsim.engine.vllm_build import (
-    VOCAB_SIZE,
-    _block_hasher,
-    build_vllm_scheduler,
-    check_pool,
-)
+from latsim.engine.vllm_build import VOCAB_SIZE, block_hasher, build_vllm_scheduler, check_pool
 
 
 def rejected_by_front_end(prompt_tokens: int, output_tokens: int, max_model_len: int) -> bool:
@@ -187,7 +183,7 @@ class VllmCore:
         self.queue: deque[InFlight] = deque()
         self.peak_blocks_used = 0
         self.num_preemptions = 0
-        self._hasher = _block_hasher(scheduler)
+        self._hasher = block_hasher(scheduler)
         self._pool = scheduler.kv_cache_manager.block_pool
         self._usable = self._pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
 

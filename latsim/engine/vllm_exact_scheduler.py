@@ -65,7 +65,8 @@ class ExactVllmScheduler:
     def __init__(self, limits: SchedulerLimits, num_blocks: int, seed: int = 0) -> None:
         if not vllm_available():
             raise ValueError(MISSING_VLLM)
-        from latsim.engine.vllm_exact import VllmCore, build_vllm_scheduler, check_pool
+        from latsim.engine.vllm_build import build_vllm_scheduler, check_pool
+        from latsim.engine.vllm_exact import VllmCore
 
         check_pool(num_blocks, limits.block_size, limits.max_model_len)
         scheduler = build_vllm_scheduler(
