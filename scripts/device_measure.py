@@ -160,8 +160,10 @@ async def measure(args: argparse.Namespace, settings: EngineSettings,
             args.shape_end = shape_deadline(args, t_start, len(runs) - i)
             warm = args.warmup if i == 0 else 0  # the first shape's warm-up serves the engine
             options = RunOptions(seed=args.seed, warmup_requests=warm, warmup_max_input_tokens=2048,
-                                 warmup_max_output_tokens=128)
+                                 warmup_max_output_tokens=128,
+                                 warmup_sweep_requests=args.warmup_sweep if i == 0 else 0)
             session = await EngineSession(engine, options, meta).start()
+            print(f"{time.strftime('%H:%M:%S')} warm-up done; measuring {shape}", flush=True)
             results.append(await run_all(args, session, root, t_start))
     finally:
         engine.shutdown()
@@ -217,7 +219,8 @@ async def run_fraction(args: argparse.Namespace, session: EngineSession, root: P
     load = LoadSpec("open", request_timeout_s=seconds + drain, deadline_s=seconds + drain)
     name = f"f{frac:.2f}"
     m = await session.run(Level(name, trace, load), root)
-    print(f"{name}: {len(trace)} requests over {seconds:.0f} s at {qps:.2f} req/s", flush=True)
+    print(f"{time.strftime('%H:%M:%S')} {name}: {len(trace)} requests over {seconds:.0f} s "
+          f"at {qps:.2f} req/s", flush=True)
     return summarize(name, qps, m)
 
 
@@ -241,6 +244,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=512, help="requests in the unrecorded warm-up burst "
                    "(inputs 16..2048, outputs 1..128 tokens)")
+    p.add_argument("--warmup-sweep", type=int, default=96, help="prompts sent one at a time after the "
+                   "warm-up burst, lengths 16..token budget (compiles every MoE kernel variant)")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--gpu-memory-utilization", type=float)

@@ -197,12 +197,19 @@ class RunOptions:
     ``[16, warmup_max_input_tokens]`` and output lengths over ``[1, warmup_max_output_tokens]``,
     so the running batch shrinks through every size and prefills of many lengths run once
     before anything is measured (kernels compiled on first use stay out of the levels).
+
+    ``warmup_sweep_requests`` more follow one at a time (:func:`sweep_lengths`): single prompts
+    whose lengths cover ``[16, min(token budget, max_model_len - 2)]``, so every step size
+    class runs once alone.  Kernels that vLLM does not capture in CUDA graphs (Triton's MoE
+    kernel above 512 tokens) compile one variant per tuned block-size bucket and per
+    alignment of the token count; a burst leaves many of them for the first measured level.
     """
 
     seed: int = 0
     warmup_requests: int = 8
     warmup_max_input_tokens: int = 64
     warmup_max_output_tokens: int = 16
+    warmup_sweep_requests: int = 0
     reset_prefix_cache: bool = True
     params: ParamsFactory | None = None
     vocab_size: int | None = None
@@ -217,12 +224,39 @@ def warmup_trace(opt: RunOptions) -> RequestTrace:
     return RequestTrace.from_arrays(np.zeros(n), inputs[order], outputs)
 
 
-async def warm_up(backend: VllmBackend, opt: RunOptions) -> None:
-    """A short unrecorded burst, so compilation and first-use costs stay out of level 1."""
-    if opt.warmup_requests <= 0:
-        return
-    load = LoadSpec(mode="burst", request_timeout_s=300.0)
-    await run_load(backend, _specs(warmup_trace(opt), load, id_prefix="warmup"), load)
+def sweep_lengths(count: int, max_tokens: int) -> np.ndarray:
+    """``count`` prompt lengths (about) for the one-at-a-time warm-up sweep, sorted.
+
+    Geometrically spaced anchors over ``[16, max_tokens]``, each rounded to a multiple of 16
+    and taken three ways (``16k``, ``16k + 1``, ``16k + 2``): Triton specialises integer
+    arguments on divisibility by 16, and a top-k-scaled count is a multiple of 16 only for even
+    token counts, so the three cover each kernel variant of the anchor's block-size bucket.
+    """
+    if count <= 0 or max_tokens < 16:
+        return np.zeros(0, dtype=np.int64)
+    anchors = np.unique((np.geomspace(16, max_tokens, max(1, count // 3)) // 16 * 16).astype(np.int64))
+    lengths = np.concatenate([anchors, anchors + 1, anchors + 2])
+    return np.unique(lengths[lengths <= max_tokens])
+
+
+def sweep_limit(snapshot: Mapping[str, Any]) -> int:
+    """The longest prompt one step can take whole: ``min(budget, max_model_len - 2)``."""
+    budget = snapshot.get("max_num_batched_tokens") or 2048
+    max_len = snapshot.get("max_model_len") or budget + 2
+    return int(min(budget, max_len - 2))
+
+
+async def warm_up(backend: VllmBackend, opt: RunOptions, sweep_max_tokens: int = 0) -> None:
+    """An unrecorded burst, then the one-at-a-time sweep, so compilation and first-use costs
+    stay out of level 1 (see :class:`RunOptions`)."""
+    if opt.warmup_requests > 0:
+        load = LoadSpec(mode="burst", request_timeout_s=300.0)
+        await run_load(backend, _specs(warmup_trace(opt), load, id_prefix="warmup"), load)
+    lengths = sweep_lengths(opt.warmup_sweep_requests, sweep_max_tokens)
+    if len(lengths):
+        trace = RequestTrace.from_arrays(np.zeros(len(lengths)), lengths, np.full(len(lengths), 2))
+        load = LoadSpec(mode="concurrency", concurrency=1, request_timeout_s=300.0)
+        await run_load(backend, _specs(trace, load, id_prefix="warmup-sweep"), load)
 
 
 async def reset_prefix_cache(engine: Any) -> bool | None:
@@ -257,7 +291,7 @@ class EngineSession:
         self.meta: dict[str, Any] = {"engine": "vllm-asyncllm", **(meta or {})}
 
     async def start(self) -> EngineSession:
-        await warm_up(self.backend, self.options)
+        await warm_up(self.backend, self.options, sweep_limit(engine_config_snapshot(self.engine)))
         self.meta["engine_config"] = {**engine_config_snapshot(self.engine), "versions": versions()}
         return self
 

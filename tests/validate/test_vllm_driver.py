@@ -26,6 +26,8 @@ from latsim.validate.vllm_driver import (
     build_engine,
     engine_config_snapshot,
     run_levels,
+    sweep_lengths,
+    sweep_limit,
 )
 from latsim.workload.trace import RequestTrace
 
@@ -52,6 +54,8 @@ class FakeEngine:
         self.ttft, self.itl, self.per_chunk, self.hang = ttft, itl, per_chunk, hang
         self.calls: list[tuple[str, list[int], int]] = []
         self.aborted: list[str] = []
+        self.active: dict[str, int] = {}  # requests in flight per id prefix (text before the last '-')
+        self.peak_active: dict[str, int] = {}
         self.vllm_config = SimpleNamespace(
             scheduler_config=SimpleNamespace(max_num_seqs=1024, max_num_batched_tokens=8192,
                                              enable_chunked_prefill=True, async_scheduling=False),
@@ -74,6 +78,9 @@ class FakeEngine:
         if len(ids) + params > self.vllm_config.model_config.max_model_len:
             raise ValueError(f"prompt of {len(ids)} + {params} tokens exceeds max_model_len")
         self.calls.append((request_id, ids, params))
+        prefix = request_id.rsplit("-", 1)[0]
+        self.active[prefix] = self.active.get(prefix, 0) + 1
+        self.peak_active[prefix] = max(self.peak_active.get(prefix, 0), self.active[prefix])
         try:
             await asyncio.sleep(self.ttft)
             for start in range(0, params, self.per_chunk):
@@ -86,6 +93,8 @@ class FakeEngine:
         except asyncio.CancelledError:
             self.aborted.append(request_id)
             raise
+        finally:
+            self.active[prefix] -= 1
 
 
 def run(coro: Any) -> Any:
@@ -121,6 +130,30 @@ def test_levels_are_measured_and_written(tmp_path: Path) -> None:
     assert names[resets[1] - 1].startswith("open-") and names[resets[1] + 1].startswith("closed-")
     assert loaded.meta["prefix_cache_reset"] is True
     assert loaded.meta["client_gc"]["frozen_before"] is True and loaded.meta["client_gc"]["collections"] >= 0
+
+
+def test_sweep_lengths_cover_each_bucket_three_ways() -> None:
+    lengths = sweep_lengths(96, 8190)
+    assert lengths.min() == 16 and lengths.max() <= 8190 and np.all(np.diff(lengths) > 0)
+    anchors = lengths[lengths % 16 == 0]
+    assert set(anchors + 1) <= set(lengths) and set(anchors + 2) <= set(lengths)
+    assert len(anchors) >= 25 and anchors.max() >= 8000  # the largest steps too
+    for lo, hi in [(513, 1024), (1025, 2048), (2049, 4096), (4097, 8190)]:  # eager-size buckets
+        assert ((lengths >= lo) & (lengths <= hi)).sum() >= 3
+    assert len(sweep_lengths(0, 8190)) == 0 and len(sweep_lengths(30, 8)) == 0
+    assert sweep_limit({"max_num_batched_tokens": 8192, "max_model_len": 4096}) == 4094
+    assert sweep_limit({"max_num_batched_tokens": 2048, "max_model_len": 8192}) == 2048
+
+
+def test_warmup_sweep_sends_prompts_one_at_a_time() -> None:
+    engine = FakeEngine()
+    opts = RunOptions(params=lambda n: n, warmup_requests=2, warmup_sweep_requests=9)
+    run(run_levels(engine, [Level("a", trace(2))], None, opts))
+    sweep = [(len(ids), n) for rid, ids, n in engine.calls if rid.startswith("warmup-sweep-")]
+    assert [i for i, _ in sweep] == list(sweep_lengths(9, 4094))  # budget 8192, max_model_len 4096
+    assert all(n == 2 for _, n in sweep) and len(sweep) == 9
+    assert engine.peak_active["warmup-sweep"] == 1  # one at a time
+    assert engine.peak_active["warmup"] == 2  # the burst before it: all at once
 
 
 def test_levels_never_repeat_prompts() -> None:
@@ -266,7 +299,8 @@ def test_device_script_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     cfg.mkdir()
     (cfg / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     dm.main(["--config-dir", str(cfg), "--model", "tiny", "--shape", "fixed:in=16,out=4", "--burst", "10",
-             "--level-seconds", "0.3", "--fractions", "0.1", "--warmup", "4", "--out", str(tmp_path / "out"), "--tar",
+             "--level-seconds", "0.3", "--fractions", "0.1", "--warmup", "4", "--warmup-sweep", "0",
+             "--out", str(tmp_path / "out"), "--tar",
              "--max-num-seqs", "64", "--engine-arg", "enforce_eager=true", "--engine-arg", "kv_cache_dtype=fp8"])
     assert engines[0].calls[-1][0] == "shutdown"
     warmup = [(len(ids), n) for rid, ids, n in engines[0].calls if rid.startswith("warmup-")]
