@@ -13,7 +13,11 @@ kernel is launched from Python.  That costs ``eager_layer_s`` per layer, and
 ``eager_moe_layer_s`` more per mixture-of-experts layer (routing, alignment and the fused
 expert kernels are several Python-level calls), on top of the GPU time (measured live runs
 show it adds rather than overlaps: a 512-token prompt joining a decode batch of Llama-3.1-8B
-costs about twice its GEMM time).
+costs about twice its GEMM time).  Under asynchronous scheduling the launch of such a step
+also holds back the outputs of the step before it: ``launch_layer_s`` per layer (and
+``launch_moe_layer_s`` more per MoE layer) of CPU time, the next step decided only once it
+ends, the step ending ``launch_tail_s`` after it at the earliest (:mod:`latsim.engine.launch`
+applies it; the cost model only prices it).
 
 :class:`HostOverlapCostModel` wraps a GPU-only cost model (one built with zero step overhead)
 and applies these terms.  The parameters live in ``costmodel/data/engine_host.yaml`` with the
@@ -36,7 +40,8 @@ from latsim.costmodel.batch import BatchShape, CostModel
 @dataclass(frozen=True)
 class HostOverhead:
     """Host seconds per step (``step_s + seq_s x sequences``), front-end latency, GPU-time scale,
-    and the extra seconds per layer of a step run without CUDA graphs."""
+    the extra seconds per layer of a step run without CUDA graphs, and that step's launch
+    (seconds per layer, and the GPU's tail after the launch; zero: not modelled)."""
 
     step_s: float
     seq_s: float
@@ -45,14 +50,21 @@ class HostOverhead:
     source: str = "argument"
     eager_layer_s: float = 0.0
     eager_moe_layer_s: float = 0.0
+    launch_layer_s: float = 0.0
+    launch_moe_layer_s: float = 0.0
+    launch_tail_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gpu_scale, (int, float)) and 0.0 < self.gpu_scale < 10.0):
             raise ValueError(f"gpu_scale must be in (0, 10), got {self.gpu_scale!r}")
-        for name in ("step_s", "seq_s", "frontend_s", "eager_layer_s", "eager_moe_layer_s"):
+        for name in ("step_s", "seq_s", "frontend_s", "eager_layer_s", "eager_moe_layer_s", "launch_layer_s",
+                     "launch_moe_layer_s", "launch_tail_s"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0.0 and np.isfinite(value)):
                 raise ValueError(f"host overhead {name} must be a finite number >= 0, got {value!r}")
+
+
+LAUNCH_FIELDS = ("launch_layer_s", "launch_moe_layer_s", "launch_tail_s")
 
 
 @lru_cache(maxsize=4)
@@ -70,7 +82,8 @@ def default_host_overhead(kind: str, engine: str = "vllm-0.25.1") -> HostOverhea
     return HostOverhead(float(entry["step_s"]), float(entry["seq_s"]), float(entry["frontend_s"]),
                         float(entry.get("gpu_scale", 1.0)), source=f"costmodel/data/engine_host.yaml:{engine}/{key}",
                         eager_layer_s=float(entry.get("eager_layer_s", 0.0)),
-                        eager_moe_layer_s=float(entry.get("eager_moe_layer_s", 0.0)))
+                        eager_moe_layer_s=float(entry.get("eager_moe_layer_s", 0.0)),
+                        **{name: float(entry.get(name, 0.0)) for name in LAUNCH_FIELDS})
 
 
 MAX_CUDAGRAPH_TOKENS = 512
@@ -101,7 +114,20 @@ class HostOverlapCostModel:
         self._inner_step = inner.step_time  # step_time is hot: bind once
         self._scale, self._step_s, self._seq_s = host.gpu_scale, host.step_s, host.seq_s
         self._eager_s = host.eager_layer_s * layers + host.eager_moe_layer_s * moe_layers
-        self._graph_tokens = graph_tokens if graph_tokens is not None and self._eager_s > 0.0 else None
+        launch = host.launch_layer_s * layers + host.launch_moe_layer_s * moe_layers if asynchronous else 0.0
+        graphs = graph_tokens is not None and (self._eager_s > 0.0 or launch > 0.0)
+        self._graph_tokens = graph_tokens if graphs else None
+        self._launch = launch if graphs else 0.0
+        self.launch_tail_s = host.launch_tail_s
+        self.launch_from: int | None = graph_tokens if self._launch > 0.0 else None
+        """Steps of more tokens than this have a launch (:meth:`launch_s`); ``None``: none has."""
+
+    def launch_s(self, batch: BatchShape) -> float:
+        """CPU seconds to launch ``batch`` when it runs without CUDA graphs under asynchronous
+        scheduling (0.0 for a graph step, or when no launch term is set)."""
+        if self.launch_from is None or batch.prefill_tokens + batch.decode_seqs <= self.launch_from:
+            return 0.0
+        return self._launch
 
     def _host_s(self, seqs: int) -> float:
         return self._step_s + self._seq_s * seqs
@@ -129,4 +155,5 @@ class HostOverlapCostModel:
 
     def describe(self) -> dict[str, object]:
         return {**self.inner.describe(), "host": {**asdict(self.host), "asynchronous": self.asynchronous,
-                                                  "eager_above_tokens": self._graph_tokens}}
+                                                  "eager_above_tokens": self._graph_tokens,
+                                                  "launch_s": self._launch}}

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from latsim.costmodel.batch import BatchShape, CostModel
 from latsim.engine.cohort import DecodeCohort
+from latsim.engine.launch import LaunchClock
 from latsim.engine.request import RUNNING, Req, advance_request
 from latsim.engine.scheduler import SchedulerLimits, StepPlan, VllmScheduler
 from latsim.engine.shape import step_shape
@@ -50,7 +51,9 @@ class FastVllmScheduler(VllmScheduler):
         self.cohort = DecodeCohort(limits.block_size)
         self.others: list[Req] = []  # running requests outside the cohort, in running order
         self.reference_steps = 0  # steps the reference scheduler decided (diagnostics)
-        self.last_start = 0.0  # start of the latest step (or of the latest empty decision)
+        self.last_start = 0.0  # when the next step is decided: the latest step's start (or
+        # empty decision's), or the end of its launch when the step runs without CUDA graphs
+        self.launch = LaunchClock()  # graph-less launches under asynchronous scheduling
         self._decode_dt = 0.0  # duration of the latest decode-run step (predicts run lengths)
 
     def settle(self) -> None:
@@ -120,6 +123,7 @@ class FastVllmScheduler(VllmScheduler):
             self._note_peak()
             if self.zombies:
                 self.release_zombies()
+        decided = self.last_start if self.launch.last_end == start else start
         self.last_start = start
         for req in plan.new:
             if math.isnan(req.first_scheduled):
@@ -127,7 +131,8 @@ class FastVllmScheduler(VllmScheduler):
         if not plan.scheduled and not k:
             return start, 0
         decode_kv = self.cohort.context() + k if k else 0
-        end = start + cost.step_time(step_shape(plan, k, decode_kv))
+        shape = step_shape(plan, k, decode_kv)
+        end, self.last_start = self.launch.step(cost, shape, decided, start, start + cost.step_time(shape))
         assert self.recorder is not None
         self.recorder.num_steps += 1
         return end, self._apply(plan, k, start, end)
@@ -204,6 +209,9 @@ class FastVllmScheduler(VllmScheduler):
         if room is None:
             return None
         cohort = self.cohort
+        launch_from = getattr(cost, "launch_from", None)
+        if launch_from is not None and cohort.size > launch_from:
+            return None  # graph-less decode steps: one at a time, for their launches
         finish_at = cohort.steps_to_finish()
         n_max = cohort.steps_within(finish_at, room[0])
         if n_max <= 0:
@@ -255,6 +263,7 @@ class FastVllmScheduler(VllmScheduler):
         if used > self.peak_blocks_used:
             self.peak_blocks_used = used
         rec.step_gaps(ends, cohort.size)
+        self.launch.last_end = ends[-1]
         rec.num_steps += n
         self.step_index += n
         self.last_start = ends[-2]

@@ -36,6 +36,7 @@ from collections.abc import Callable, Generator
 import simpy
 
 from latsim.costmodel.batch import CostModel
+from latsim.engine.launch import LaunchClock
 from latsim.engine.recorder import Recorder
 from latsim.engine.request import Req
 from latsim.engine.shape import step_shape
@@ -59,6 +60,7 @@ class Replica:
         self.peak_blocks_used = 0
         self.pending: deque[Req] = deque()  # arrived after the cutoff (asynchronous scheduling)
         self._lagged = bool(getattr(scheduler, "async_scheduling", False))
+        self.launch: LaunchClock = getattr(scheduler, "launch", None) or LaunchClock()
         self._cutoff = 0.0
         self._wake: simpy.Event | None = None
 
@@ -113,8 +115,7 @@ class Replica:
             self.outstanding -= done
             last_start = sched.last_start
         else:
-            self._one_step()
-            last_start = start
+            last_start = self._one_step()
         self.peak_blocks_used = sched.peak_blocks_used
         if self.recorder.num_steps == steps:
             stuck = self._cutoff >= start and not releases and sched.num_preemptions == preemptions
@@ -130,7 +131,8 @@ class Replica:
             sched.add_request(pending.popleft())
         return pending[0].arrival if pending else self.next_arrival()
 
-    def _one_step(self) -> None:
+    def _one_step(self) -> float:
+        """Run one step; return when the step after it is decided (asynchronous scheduling)."""
         sched = self.scheduler
         plan = sched.schedule()
         start = self.clock
@@ -138,8 +140,10 @@ class Replica:
             if math.isnan(req.first_scheduled):
                 req.first_scheduled = start
         if not plan.scheduled:
-            return
-        end = start + self.cost.step_time(step_shape(plan))
+            return start
+        shape = step_shape(plan)
+        end, decision = self.launch.step(self.cost, shape, self._cutoff, start, start + self.cost.step_time(shape))
         self.clock = end
         self.recorder.num_steps += 1
         self.outstanding -= len(sched.update(plan, end))
+        return decision

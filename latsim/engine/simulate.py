@@ -18,6 +18,7 @@ import simpy
 from latsim.costmodel.batch import CostModel
 from latsim.costmodel.host import HostOverhead
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
+from latsim.engine.launch import release_held
 from latsim.engine.memory import MemoryPlan, plan_memory
 from latsim.engine.recorder import Recorder
 from latsim.engine.replica import Replica
@@ -142,6 +143,7 @@ def records_frame(requests: list[Req], frontend_s: float = 0.0) -> pd.DataFrame:
 
 
 def _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, horizon) -> SimulationResult:
+    release_held(requests, {r.index: r.launch for r in replicas})
     records = records_frame(requests, float(getattr(cost_model, "frontend_s", 0.0)))
     itl_values, itl_weights = recorder.itl_samples()
     rng = np.random.default_rng(seed)

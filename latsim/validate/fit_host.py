@@ -1,17 +1,18 @@
 """Fit the engine's host time (``HostOverhead``) on measured runs; report held-out runs.
 
 The GPU side of every step comes from the calibrated (or roofline) cost model and is not
-touched.  Up to six parameters are fitted (any subset, the rest held): host seconds per step
+touched.  Up to nine parameters are fitted (any subset, the rest held): host seconds per step
 and per sequence, the front-end latency of a request, the in-engine GPU-time scale, the
 per-layer cost of a step run without CUDA graphs and its extra per mixture-of-experts layer,
-by minimising the mean absolute log-ratio of predicted to measured p50 and p99 of TTFT and
-TPOT over the training runs (Nelder-Mead on log-parameters).
+and that step's launch (per layer, per MoE layer, and the GPU's tail after it), by minimising
+the mean absolute log-ratio of predicted to measured p50 and p99 of TTFT and TPOT over the
+training runs (Nelder-Mead on log-parameters).
 Runs are replayed exactly as ``latsim validate`` does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +71,11 @@ def errors(replay: Replay, host: HostOverhead) -> np.ndarray:
     return np.log(_percentiles(predict(replay, host)) / replay.measured)
 
 
-FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s", "eager_moe_layer_s")
-DENSE_FIELDS = FIELDS[:5]  # what dense-model runs can tell apart
+FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s", "eager_moe_layer_s",
+          "launch_layer_s", "launch_moe_layer_s", "launch_tail_s")
+DENSE_FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s", "launch_layer_s",
+                "launch_tail_s")  # what dense-model runs can tell apart
+MOE_FIELDS = ("eager_moe_layer_s", "launch_moe_layer_s")
 
 
 def fit_host(replays: list[Replay], start: HostOverhead,
@@ -81,12 +85,13 @@ def fit_host(replays: list[Replay], start: HostOverhead,
     unknown = sorted(set(free) - set(FIELDS))
     if unknown or not free:
         raise ValueError(f"free={free!r}: choose from {FIELDS}")
-    base = {name: max(float(getattr(start, name)), 1e-8) for name in FIELDS}
+    base = {name: float(getattr(start, name)) for name in FIELDS}
+    base.update({name: max(base[name], 1e-8) for name in free})  # logs: a free term starts above 0
 
     def unpack(z: np.ndarray) -> HostOverhead:
         values = {**base, **dict(zip(free, np.exp(z).tolist(), strict=True))}
         values["gpu_scale"] = min(values["gpu_scale"], 9.9)
-        return HostOverhead(source="fit", **values)
+        return replace(start, source="fit", **values)
 
     def loss(z: np.ndarray) -> float:
         host = unpack(z)

@@ -22,7 +22,7 @@ from latsim.validate.compare import (
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "validation" / "h200"
 SMALL_RUN = DATA / "llama-2-7b-mix" / "f0.25"  # 89 requests
-CLIENT_BOUND_RUN = DATA / "llama-3.2-1b-fixed-in512-out128" / "f0.50"
+CLIENT_BOUND_RUN = DATA.parent / "h200-tp2" / "llama-3.1-8b-fixed-in512-out128" / "f0.75"  # send lag p99 0.25 s
 
 
 def cli(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -32,6 +32,7 @@ def test_recovers_the_gpu_scale_with_the_other_terms_fixed(replay: Replay) -> No
     fitted, loss = fit_host([replay], start, free=("gpu_scale",))
     assert fitted.gpu_scale == pytest.approx(1.3, rel=0.03)
     assert (fitted.step_s, fitted.seq_s, fitted.eager_layer_s) == (TRUTH.step_s, TRUTH.seq_s, TRUTH.eager_layer_s)
+    assert fitted.launch_layer_s == TRUTH.launch_layer_s == 0.0  # a held term at 0 stays 0 (off)
     assert loss < 0.02 and np.abs(errors(replay, fitted)).max() < 0.05
 
 

@@ -1,0 +1,116 @@
+"""Graph-less step launches under asynchronous scheduling (:mod:`latsim.engine.launch`)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.host import HostOverhead, HostOverlapCostModel
+from latsim.engine.launch import LaunchClock, release_held
+from latsim.engine.request import Req
+from latsim.engine.simulate import simulate
+from latsim.workload.trace import RequestTrace
+from tests.engine.conftest import LinearCost, small_deployment
+from tests.engine.test_fast_engine import assert_identical, random_trace
+
+
+class LaunchCost(LinearCost):
+    """LinearCost whose steps above ``launch_from`` tokens take ``launch`` seconds to launch."""
+
+    def __init__(self, launch: float = 0.02, tail: float = 0.002, launch_from: int = 64) -> None:
+        super().__init__()
+        self.launch, self.launch_tail_s, self.launch_from = launch, tail, launch_from
+
+    def launch_s(self, b: BatchShape) -> float:
+        return self.launch if b.prefill_tokens + b.decode_seqs > self.launch_from else 0.0
+
+
+BIG = BatchShape(prefill_tokens=600, prefill_seqs=1)
+SMALL = BatchShape(decode_seqs=4, decode_kv_tokens=400)
+
+
+def test_graph_steps_change_nothing() -> None:
+    clock = LaunchClock()
+    assert clock.step(LaunchCost(), SMALL, 0.0, 1.0, 1.005) == (1.005, 1.0)
+    assert clock.held == {} and clock.last_end == 1.005
+
+
+def test_a_long_launch_holds_the_step_before_and_delays_the_next_decision() -> None:
+    clock = LaunchClock(last_end=1.0)  # a step ended at 1.0; this one was decided at 0.995 (its start)
+    end, decision = clock.step(LaunchCost(launch=0.02, tail=0.002), BIG, 0.995, 1.0, 1.010)
+    assert decision == pytest.approx(1.015)  # launched 0.995 + 0.020: the next decision waits for it
+    assert end == pytest.approx(1.017)  # the GPU's tail after the launch outlasts the priced 10 ms
+    assert clock.held == {1.0: pytest.approx(1.015)}  # outputs of the step ending at 1.0 go out then
+
+
+def test_a_launch_hidden_behind_the_step_before_holds_nothing() -> None:
+    clock = LaunchClock(last_end=1.0)
+    end, decision = clock.step(LaunchCost(launch=0.004, tail=0.002), BIG, 0.99, 1.0, 1.03)
+    assert (end, decision) == (1.03, 1.0) and clock.held == {}
+
+
+def test_after_idle_no_earlier_step_is_held() -> None:
+    clock = LaunchClock(last_end=0.5)  # the engine idled from 0.5 to 1.0
+    end, decision = clock.step(LaunchCost(launch=0.02, tail=0.002), BIG, 1.0, 1.0, 1.01)
+    assert clock.held == {} and decision == pytest.approx(1.02) and end == pytest.approx(1.022)
+
+
+def test_release_held_moves_first_token_and_finish_stamped_at_a_held_step_end() -> None:
+    a, b, c = Req(0, 0.0, 10, 2), Req(1, 0.0, 10, 2), Req(2, 0.0, 10, 2)
+    a.first_token, a.finish = 1.0, 2.0
+    b.first_token, b.finish = 0.5, 1.0
+    c.first_token, c.finish = 1.0, math.nan
+    for r in (a, b):
+        r.replica = 0
+    c.replica = 1  # another replica: its clock holds nothing
+    release_held([a, b, c], {0: LaunchClock(held={1.0: 1.015}), 1: LaunchClock()})
+    assert (a.first_token, a.finish) == (1.015, 2.0)
+    assert (b.first_token, b.finish) == (0.5, 1.015)
+    assert c.first_token == 1.0 and math.isnan(c.finish)
+
+
+def test_host_model_prices_a_launch_only_for_graph_less_asynchronous_steps() -> None:
+    host = HostOverhead(1e-3, 0.0, 0.0, launch_layer_s=5e-4, launch_moe_layer_s=1e-3, launch_tail_s=2e-3)
+    model = HostOverlapCostModel(LinearCost(), host, True, layers=32, moe_layers=0, graph_tokens=512)
+    assert model.launch_s(BatchShape(prefill_tokens=513, prefill_seqs=1)) == pytest.approx(0.016)
+    assert model.launch_s(BatchShape(prefill_tokens=500, prefill_seqs=1, decode_seqs=12)) == 0.0
+    assert model.launch_tail_s == 2e-3 and model.launch_from == 512
+    moe = HostOverlapCostModel(LinearCost(), host, True, layers=48, moe_layers=48, graph_tokens=512)
+    assert moe.launch_s(BIG) == pytest.approx(48 * 1.5e-3)
+    sync = HostOverlapCostModel(LinearCost(), host, False, layers=32, graph_tokens=512)
+    assert sync.launch_s(BIG) == 0.0 and sync.launch_from is None  # the synchronous loop adds host time instead
+    with pytest.raises(ValueError, match="launch_tail_s"):
+        HostOverhead(1e-3, 0.0, 0.0, launch_tail_s=-1.0)
+
+
+def two_prompts(gap: float) -> RequestTrace:
+    return RequestTrace.from_arrays(np.array([0.0, gap]), np.array([600, 600]), np.array([3, 3]))
+
+
+def test_the_first_token_of_a_prompt_waits_for_the_next_prompts_launch() -> None:
+    """Two prompts 1 ms apart: the second is decided during the first one's launch, so it runs in
+    the step right after it, and the first one's token is held until that step is launched."""
+    dep = small_deployment(async_scheduling=True)
+    held = simulate(dep, two_prompts(0.001), cost_model=LaunchCost(launch=0.02, tail=0.002))
+    plain = simulate(dep, two_prompts(0.001), cost_model=LinearCost())
+    first = held.records["first_token_s"].to_numpy()
+    plain_first = plain.records["first_token_s"].to_numpy()
+    assert first[0] > plain_first[0] + 0.015  # held by the second prompt's 20 ms launch
+    assert held.records["first_scheduled_s"].iloc[1] < plain.records["first_scheduled_s"].iloc[1]  # one step sooner
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), launch=st.floats(0.0, 0.05),
+       tail=st.floats(0.0, 0.01), launch_from=st.sampled_from([16, 64, 512]), seqs=st.integers(1, 96))
+def test_fast_engine_equals_reference_with_launches(seed, qps, launch, tail, launch_from, seqs):
+    trace = random_trace(seed, 70, qps, 700, 120, 2)
+    dep = small_deployment(async_scheduling=True, max_num_seqs=seqs)
+    cost = LaunchCost(launch, tail, launch_from)
+    fast = simulate(dep, trace, cost_model=cost, fast_forward=True)
+    ref = simulate(dep, trace, cost_model=cost, fast_forward=False)
+    assert_identical(fast, ref)
