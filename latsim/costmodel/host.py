@@ -53,18 +53,19 @@ class HostOverhead:
     launch_layer_s: float = 0.0
     launch_moe_layer_s: float = 0.0
     launch_tail_s: float = 0.0
+    launch_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gpu_scale, (int, float)) and 0.0 < self.gpu_scale < 10.0):
             raise ValueError(f"gpu_scale must be in (0, 10), got {self.gpu_scale!r}")
         for name in ("step_s", "seq_s", "frontend_s", "eager_layer_s", "eager_moe_layer_s", "launch_layer_s",
-                     "launch_moe_layer_s", "launch_tail_s"):
+                     "launch_moe_layer_s", "launch_tail_s", "launch_sigma"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0.0 and np.isfinite(value)):
                 raise ValueError(f"host overhead {name} must be a finite number >= 0, got {value!r}")
 
 
-LAUNCH_FIELDS = ("launch_layer_s", "launch_moe_layer_s", "launch_tail_s")
+LAUNCH_FIELDS = ("launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launch_sigma")
 
 
 @lru_cache(maxsize=4)
@@ -119,6 +120,7 @@ class HostOverlapCostModel:
         self._graph_tokens = graph_tokens if graphs else None
         self._launch = launch if graphs else 0.0
         self.launch_tail_s = host.launch_tail_s
+        self.launch_sigma = host.launch_sigma
         self.launch_from: int | None = graph_tokens if self._launch > 0.0 else None
         """Steps of more tokens than this have a launch (:meth:`launch_s`); ``None``: none has."""
 

@@ -15,7 +15,11 @@ Three things follow, all seen in the streamed token times of live runs
 - a graph-less step ends no earlier than ``launch_tail_s`` after its launch ends (the GPU runs
   its kernels as they are launched and finishes the last ones after).
 
-The launch starts when the step was decided.  Without a launch term (a plain cost model,
+The launch starts when the step was decided.  Its duration varies from step to step (the
+launch gaps of one run spread over about +-30 % around their median): with ``launch_sigma`` > 0
+each launch is the priced one times ``exp(launch_sigma x Z)``, Z standard normal from the
+clock's own generator (seeded per replica, drawn in step order: the fast and the reference
+engine draw the same numbers).  Without a launch term (a plain cost model,
 synchronous scheduling, graph steps) nothing changes.
 """
 
@@ -24,6 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from latsim.costmodel.batch import BatchShape
 
@@ -35,6 +41,11 @@ class LaunchClock:
     held: dict[float, float] = field(default_factory=dict)
     """Step end -> when that step's outputs went out (only steps whose outputs were held)."""
     last_end: float = -math.inf
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def seed(self, seed: int, replica: int) -> None:
+        """Restart the launch-time generator for ``replica`` of a simulation seeded ``seed``."""
+        self.rng = np.random.default_rng([seed, replica, 0x1A])
 
     def step(self, cost: Any, shape: BatchShape, decided: float, start: float, end: float) -> tuple[float, float]:
         """``(end, next decision)`` of a step decided at ``decided`` and run from ``start`` to
@@ -44,6 +55,9 @@ class LaunchClock:
         if launch <= 0.0:
             self.last_end = end
             return end, start
+        sigma = getattr(cost, "launch_sigma", 0.0)
+        if sigma > 0.0:
+            launch *= math.exp(sigma * float(self.rng.standard_normal()))
         launch_end = decided + launch
         tail_end = launch_end + cost.launch_tail_s
         if tail_end > end:

@@ -97,6 +97,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
         scheduler.recorder = recorder
         replica = Replica(env, index, scheduler, cost_model, recorder, lambda: feed_holder[0].next_arrival(),
                           horizon, fast_forward)
+        replica.launch.seed(seed, index)
         replicas.append(replica)
     feed = ArrivalFeed(env, requests, replicas, make_router(deployment.router), memory.max_model_len)
     feed_holder.append(feed)

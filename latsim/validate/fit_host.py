@@ -1,10 +1,10 @@
 """Fit the engine's host time (``HostOverhead``) on measured runs; report held-out runs.
 
 The GPU side of every step comes from the calibrated (or roofline) cost model and is not
-touched.  Up to nine parameters are fitted (any subset, the rest held): host seconds per step
+touched.  Up to ten parameters are fitted (any subset, the rest held): host seconds per step
 and per sequence, the front-end latency of a request, the in-engine GPU-time scale, the
 per-layer cost of a step run without CUDA graphs and its extra per mixture-of-experts layer,
-and that step's launch (per layer, per MoE layer, and the GPU's tail after it), by minimising
+and that step's launch (per layer, per MoE layer, the GPU's tail after it, and its spread), by minimising
 the mean absolute log-ratio of predicted to measured p50 and p99 of TTFT and TPOT over the
 training runs (Nelder-Mead on log-parameters).
 Runs are replayed exactly as ``latsim validate`` does.
@@ -72,7 +72,7 @@ def errors(replay: Replay, host: HostOverhead) -> np.ndarray:
 
 
 FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s", "eager_moe_layer_s",
-          "launch_layer_s", "launch_moe_layer_s", "launch_tail_s")
+          "launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launch_sigma")
 DENSE_FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s", "launch_layer_s",
                 "launch_tail_s")  # what dense-model runs can tell apart
 MOE_FIELDS = ("eager_moe_layer_s", "launch_moe_layer_s")

@@ -22,9 +22,9 @@ from tests.engine.test_fast_engine import assert_identical, random_trace
 class LaunchCost(LinearCost):
     """LinearCost whose steps above ``launch_from`` tokens take ``launch`` seconds to launch."""
 
-    def __init__(self, launch: float = 0.02, tail: float = 0.002, launch_from: int = 64) -> None:
+    def __init__(self, launch: float = 0.02, tail: float = 0.002, launch_from: int = 64, sigma: float = 0.0) -> None:
         super().__init__()
-        self.launch, self.launch_tail_s, self.launch_from = launch, tail, launch_from
+        self.launch, self.launch_tail_s, self.launch_from, self.launch_sigma = launch, tail, launch_from, sigma
 
     def launch_s(self, b: BatchShape) -> float:
         return self.launch if b.prefill_tokens + b.decode_seqs > self.launch_from else 0.0
@@ -75,11 +75,12 @@ def test_release_held_moves_first_token_and_finish_stamped_at_a_held_step_end() 
 
 
 def test_host_model_prices_a_launch_only_for_graph_less_asynchronous_steps() -> None:
-    host = HostOverhead(1e-3, 0.0, 0.0, launch_layer_s=5e-4, launch_moe_layer_s=1e-3, launch_tail_s=2e-3)
+    host = HostOverhead(1e-3, 0.0, 0.0, launch_layer_s=5e-4, launch_moe_layer_s=1e-3, launch_tail_s=2e-3,
+                        launch_sigma=0.3)
     model = HostOverlapCostModel(LinearCost(), host, True, layers=32, moe_layers=0, graph_tokens=512)
     assert model.launch_s(BatchShape(prefill_tokens=513, prefill_seqs=1)) == pytest.approx(0.016)
     assert model.launch_s(BatchShape(prefill_tokens=500, prefill_seqs=1, decode_seqs=12)) == 0.0
-    assert model.launch_tail_s == 2e-3 and model.launch_from == 512
+    assert model.launch_tail_s == 2e-3 and model.launch_from == 512 and model.launch_sigma == 0.3
     moe = HostOverlapCostModel(LinearCost(), host, True, layers=48, moe_layers=48, graph_tokens=512)
     assert moe.launch_s(BIG) == pytest.approx(48 * 1.5e-3)
     sync = HostOverlapCostModel(LinearCost(), host, False, layers=32, graph_tokens=512)
@@ -106,11 +107,26 @@ def test_the_first_token_of_a_prompt_waits_for_the_next_prompts_launch() -> None
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), launch=st.floats(0.0, 0.05),
-       tail=st.floats(0.0, 0.01), launch_from=st.sampled_from([16, 64, 512]), seqs=st.integers(1, 96))
-def test_fast_engine_equals_reference_with_launches(seed, qps, launch, tail, launch_from, seqs):
+       tail=st.floats(0.0, 0.01), launch_from=st.sampled_from([16, 64, 512]), seqs=st.integers(1, 96),
+       sigma=st.sampled_from([0.0, 0.3]))
+def test_fast_engine_equals_reference_with_launches(seed, qps, launch, tail, launch_from, seqs, sigma):
     trace = random_trace(seed, 70, qps, 700, 120, 2)
     dep = small_deployment(async_scheduling=True, max_num_seqs=seqs)
-    cost = LaunchCost(launch, tail, launch_from)
-    fast = simulate(dep, trace, cost_model=cost, fast_forward=True)
-    ref = simulate(dep, trace, cost_model=cost, fast_forward=False)
+    cost = LaunchCost(launch, tail, launch_from, sigma)
+    fast = simulate(dep, trace, cost_model=cost, fast_forward=True, seed=seed)
+    ref = simulate(dep, trace, cost_model=cost, fast_forward=False, seed=seed)
     assert_identical(fast, ref)
+
+
+def test_launch_spread_is_seeded_and_widens_first_token_times() -> None:
+    trace = random_trace(5, 300, 20.0, 700, 40, 0)
+    dep = small_deployment(async_scheduling=True)
+    ttft = {}
+    for name, sigma, seed in [("fixed", 0.0, 0), ("spread", 0.5, 0), ("again", 0.5, 0), ("other", 0.5, 1)]:
+        rec = simulate(dep, trace, cost_model=LaunchCost(0.02, 0.002, 64, sigma), seed=seed).records
+        ttft[name] = (rec["first_token_s"] - rec["arrival_s"]).to_numpy()
+    np.testing.assert_array_equal(ttft["spread"], ttft["again"])  # same seed: same launches
+    assert not np.array_equal(ttft["spread"], ttft["other"])
+    spread = np.percentile(ttft["spread"], 99) - np.percentile(ttft["spread"], 10)
+    fixed = np.percentile(ttft["fixed"], 99) - np.percentile(ttft["fixed"], 10)
+    assert spread > 1.2 * fixed
