@@ -66,6 +66,9 @@ class HostOverhead:
 
 
 LAUNCH_FIELDS = ("launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launch_sigma")
+CPU_FIELDS = ("step_s", "seq_s", "frontend_s", *LAUNCH_FIELDS)
+"""The engine's CPU-side terms: they do not depend on the GPU model, so an entry may take them
+from another (``cpu_terms_from: <kind>``) rather than repeat them."""
 
 
 @lru_cache(maxsize=4)
@@ -73,18 +76,29 @@ def default_host_overhead(kind: str, engine: str = "vllm-0.25.1") -> HostOverhea
     """The fitted host terms of ``engine`` for a GPU model of ``kind`` (``engine_host.yaml``).
 
     ``transferred`` uses the ``calibrated`` entry; a kind without an entry raises ValueError.
+    An entry with ``cpu_terms_from: OTHER`` takes :data:`CPU_FIELDS` from entry ``OTHER``.
     """
     data = yaml.safe_load(resources.files("latsim.costmodel").joinpath("data/engine_host.yaml").read_text())
     key = "calibrated" if kind == "transferred" else kind
-    try:
-        entry = data["engines"][engine][key]
-    except (KeyError, TypeError):
-        raise ValueError(f"engine_host.yaml has no entry for {engine!r} / {key!r}") from None
+    entry = _entry(data, engine, key)
+    if "cpu_terms_from" in entry:
+        cpu = _entry(data, engine, str(entry["cpu_terms_from"]))
+        entry = {**entry, **{name: cpu[name] for name in CPU_FIELDS if name in cpu}}
     return HostOverhead(float(entry["step_s"]), float(entry["seq_s"]), float(entry["frontend_s"]),
                         float(entry.get("gpu_scale", 1.0)), source=f"costmodel/data/engine_host.yaml:{engine}/{key}",
                         eager_layer_s=float(entry.get("eager_layer_s", 0.0)),
                         eager_moe_layer_s=float(entry.get("eager_moe_layer_s", 0.0)),
                         **{name: float(entry.get(name, 0.0)) for name in LAUNCH_FIELDS})
+
+
+def _entry(data: object, engine: str, key: str) -> dict:
+    try:
+        entry = data["engines"][engine][key]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise ValueError(f"engine_host.yaml has no entry for {engine!r} / {key!r}") from None
+    if not isinstance(entry, dict):
+        raise ValueError(f"engine_host.yaml entry {engine!r} / {key!r} is not a mapping")
+    return entry
 
 
 MAX_CUDAGRAPH_TOKENS = 512

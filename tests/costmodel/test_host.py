@@ -74,3 +74,15 @@ def test_shipped_terms_and_the_default_model_use_the_engine_graph_limit() -> Non
                      engine=EngineConfig(max_num_seqs=64))
     cost = default_cost_model(dep, resolve_engine(dep))
     assert cost.describe()["host"]["eager_above_tokens"] == 128
+
+
+def test_roofline_entry_takes_the_cpu_terms_of_the_calibrated_one() -> None:
+    """Host (CPU) time does not depend on the GPU model: ``cpu_terms_from`` shares it."""
+    from latsim.costmodel.host import CPU_FIELDS
+
+    roof, cal = default_host_overhead("roofline"), default_host_overhead("calibrated")
+    assert all(getattr(roof, name) == getattr(cal, name) for name in CPU_FIELDS)
+    assert roof.launch_layer_s > 0.0 and roof.gpu_scale != cal.gpu_scale
+    assert roof.source.endswith("vllm-0.25.1/roofline")
+    with pytest.raises(ValueError, match="no entry"):
+        default_host_overhead("warp-drive")
