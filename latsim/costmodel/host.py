@@ -26,7 +26,7 @@ runs they were fitted on.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from importlib import resources
 
@@ -58,12 +58,14 @@ class HostOverhead:
     def __post_init__(self) -> None:
         if not (isinstance(self.gpu_scale, (int, float)) and 0.0 < self.gpu_scale < 10.0):
             raise ValueError(f"gpu_scale must be in (0, 10), got {self.gpu_scale!r}")
-        for name in ("step_s", "seq_s", "frontend_s", "eager_layer_s", "eager_moe_layer_s", "launch_layer_s",
-                     "launch_moe_layer_s", "launch_tail_s", "launch_sigma"):
+        for name in TERMS:
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value >= 0.0 and np.isfinite(value)):
+            if name != "gpu_scale" and not (isinstance(value, (int, float)) and value >= 0.0 and np.isfinite(value)):
                 raise ValueError(f"host overhead {name} must be a finite number >= 0, got {value!r}")
 
+
+TERMS = tuple(f.name for f in fields(HostOverhead) if f.name != "source")
+"""Every numeric term of :class:`HostOverhead`, in declaration order."""
 
 LAUNCH_FIELDS = ("launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launch_sigma")
 CPU_FIELDS = ("step_s", "seq_s", "frontend_s", *LAUNCH_FIELDS)
@@ -84,11 +86,8 @@ def default_host_overhead(kind: str, engine: str = "vllm-0.25.1") -> HostOverhea
     if "cpu_terms_from" in entry:
         cpu = _entry(data, engine, str(entry["cpu_terms_from"]))
         entry = {**entry, **{name: cpu[name] for name in CPU_FIELDS if name in cpu}}
-    return HostOverhead(float(entry["step_s"]), float(entry["seq_s"]), float(entry["frontend_s"]),
-                        float(entry.get("gpu_scale", 1.0)), source=f"costmodel/data/engine_host.yaml:{engine}/{key}",
-                        eager_layer_s=float(entry.get("eager_layer_s", 0.0)),
-                        eager_moe_layer_s=float(entry.get("eager_moe_layer_s", 0.0)),
-                        **{name: float(entry.get(name, 0.0)) for name in LAUNCH_FIELDS})
+    return HostOverhead(source=f"costmodel/data/engine_host.yaml:{engine}/{key}",
+                        **{name: float(entry[name]) for name in TERMS if name in entry})
 
 
 def _entry(data: object, engine: str, key: str) -> dict:
@@ -141,7 +140,7 @@ class HostOverlapCostModel:
     def launch_s(self, batch: BatchShape) -> float:
         """CPU seconds to launch ``batch`` when it runs without CUDA graphs under asynchronous
         scheduling (0.0 for a graph step, or when no launch term is set)."""
-        if self.launch_from is None or batch.prefill_tokens + batch.decode_seqs <= self.launch_from:
+        if self.launch_from is None or batch.num_tokens <= self.launch_from:
             return 0.0
         return self._launch
 
@@ -152,9 +151,9 @@ class HostOverlapCostModel:
         gpu = self._inner_step(batch) * self._scale
         if gpu <= 0.0:
             return 0.0
-        if self._graph_tokens is not None and batch.prefill_tokens + batch.decode_seqs > self._graph_tokens:
+        if self._graph_tokens is not None and batch.num_tokens > self._graph_tokens:
             gpu += self._eager_s
-        host = self._step_s + self._seq_s * (batch.prefill_seqs + batch.decode_seqs)
+        host = self._host_s(batch.num_seqs)
         if self.asynchronous:
             return gpu if gpu > host else host
         return gpu + host

@@ -80,8 +80,8 @@ def run_vllm_scheduler(
     is not installed.
     """
     _check_stream(stream)
-    check_pool(num_gpu_blocks, block_size, max_model_len)
-    scheduler = build_vllm_scheduler(
+    core = vllm_core(
+        seed=seed,
         num_gpu_blocks=num_gpu_blocks,
         block_size=block_size,
         max_num_seqs=max_num_seqs,
@@ -96,8 +96,16 @@ def run_vllm_scheduler(
         scheduler_reserve_full_isl=scheduler_reserve_full_isl,
         watermark=watermark,
     )
-    core = VllmCore(scheduler, max_model_len, seed, in_flight=2 if async_scheduling else 1)
     return _Driver(core, stream).run(max_steps)
+
+
+def vllm_core(*, seed: int, **scheduler_kw: Any) -> VllmCore:
+    """A :class:`VllmCore` around vLLM's scheduler built from ``scheduler_kw`` (the keywords of
+    :func:`~latsim.engine.vllm_build.build_vllm_scheduler`), once :func:`check_pool` accepts the
+    pool; two steps in flight with asynchronous scheduling, one without."""
+    check_pool(scheduler_kw["num_gpu_blocks"], scheduler_kw["block_size"], scheduler_kw["max_model_len"])
+    return VllmCore(build_vllm_scheduler(**scheduler_kw), scheduler_kw["max_model_len"], seed,
+                    in_flight=2 if scheduler_kw["async_scheduling"] else 1)
 
 
 def _check_stream(stream: Sequence[StreamRequest]) -> None:

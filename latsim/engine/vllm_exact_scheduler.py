@@ -65,11 +65,11 @@ class ExactVllmScheduler:
     def __init__(self, limits: SchedulerLimits, num_blocks: int, seed: int = 0) -> None:
         if not vllm_available():
             raise ValueError(MISSING_VLLM)
-        from latsim.engine.vllm_build import build_vllm_scheduler, check_pool
-        from latsim.engine.vllm_exact import VllmCore
+        from latsim.engine.vllm_exact import vllm_core
 
-        check_pool(num_blocks, limits.block_size, limits.max_model_len)
-        scheduler = build_vllm_scheduler(
+        self.limits = limits
+        self.core: VllmCore = vllm_core(
+            seed=seed,
             num_gpu_blocks=num_blocks,
             block_size=limits.block_size,
             max_num_seqs=limits.max_num_seqs,
@@ -84,9 +84,6 @@ class ExactVllmScheduler:
             scheduler_reserve_full_isl=limits.scheduler_reserve_full_isl,
             watermark=0.0,
         )
-        self.limits = limits
-        self.core: VllmCore = VllmCore(scheduler, limits.max_model_len, seed,
-                                       in_flight=2 if limits.async_scheduling else 1)
         self.reqs: dict[str, Req] = {}
         self.zombies: list[Req] = []
         self.step_index = 0

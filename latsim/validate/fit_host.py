@@ -20,7 +20,7 @@ from scipy.optimize import minimize
 
 from latsim.costmodel.batch import CostModel
 from latsim.costmodel.factory import gpu_cost_model
-from latsim.costmodel.host import HostOverhead
+from latsim.costmodel.host import TERMS, HostOverhead
 from latsim.deployment import Deployment, resolve_engine
 from latsim.metrics.per_request import add_latencies
 from latsim.validate.compare import deployment_for
@@ -71,11 +71,9 @@ def errors(replay: Replay, host: HostOverhead) -> np.ndarray:
     return np.log(_percentiles(predict(replay, host)) / replay.measured)
 
 
-FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s", "eager_moe_layer_s",
-          "launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launch_sigma")
+FIELDS = TERMS
 DENSE_FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s", "launch_layer_s",
                 "launch_tail_s")  # what dense-model runs can tell apart
-MOE_FIELDS = ("eager_moe_layer_s", "launch_moe_layer_s")
 
 
 def fit_host(replays: list[Replay], start: HostOverhead,

@@ -291,8 +291,9 @@ class EngineSession:
         self.meta: dict[str, Any] = {"engine": "vllm-asyncllm", **(meta or {})}
 
     async def start(self) -> EngineSession:
-        await warm_up(self.backend, self.options, sweep_limit(engine_config_snapshot(self.engine)))
-        self.meta["engine_config"] = {**engine_config_snapshot(self.engine), "versions": versions()}
+        snapshot = engine_config_snapshot(self.engine)  # resolved at start-up; the warm-up changes none of it
+        await warm_up(self.backend, self.options, sweep_limit(snapshot))
+        self.meta["engine_config"] = {**snapshot, "versions": versions()}
         return self
 
     async def run(self, level: Level, out_root: str | os.PathLike[str] | None) -> Measurement:
