@@ -8,6 +8,9 @@ Run from the repository root, e.g. on the H200 machine with the vLLM bundle unpa
 It starts ONE AsyncLLM (dummy weights from the model's config.json), then
 1. a saturation burst (``--burst`` requests at t=0) whose completion rate estimates capacity;
 2. Poisson levels at ``--fractions`` of that capacity, each ``--level-seconds`` long;
+3. closed-loop levels at each of ``--concurrency-sweep`` (``c0064``: 64 requests in flight,
+   ``--sweep-waves`` x 64 requests in all), the decode-step times of which measure the
+   engine's host time per step against batch size (``scripts/host_steps.py``);
 and writes each level's run directory to ``OUT/<model>-<shape>/<level>/`` (OUT = ``--out``,
 default ``$OUT``), plus ``summary.json``; with ``--tar`` each level folder becomes
 ``OUT/<model>-<shape>/<level>.tar.gz`` (the device brings back at most 8 files, 16 MiB
@@ -140,7 +143,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print(f"{'level':>8} {'qps':>8} {'done':>6} {'TTFT mean':>10} {'p50':>8} {'p99':>9} "
           f"{'TPOT mean':>10} {'p99':>8}")
     for r in rows:
-        qps = f"{r['qps']:.2f}" if r["qps"] is not None else "burst"
+        qps = f"{r['qps']:.2f}" if r["qps"] is not None else r["level"]
         print(f"{r['level']:>8} {qps:>8} {r['completed']:>6} {r['ttft_mean']:>10.1f} {r['ttft_p50']:>8.1f} "
               f"{r['ttft_p99']:>9.1f} {r['tpot_mean']:>10.2f} {r['tpot_p99']:>8.2f}")
 
@@ -190,20 +193,44 @@ async def run_all(args: argparse.Namespace, session: EngineSession, root: Path,
                   t_start: float) -> list[dict[str, Any]]:
     rng = np.random.default_rng(args.seed)
     shape, max_len = parse_shape(args.shape), int(session.meta["engine_config"]["max_model_len"] or 4096)
-    n = args.burst
-    burst = RequestTrace.from_arrays(np.zeros(n), *sample_lengths(shape, n, rng, max_len))
-    budget = max(10.0, min(args.burst_seconds, left(args, t_start) / 3))
-    m = await session.run(Level("burst", burst, LoadSpec("burst", deadline_s=budget,
-                                                         request_timeout_s=budget)), root)
-    cap = capacity_rps(m)
-    rows = [summarize("burst", None, m)]
-    print(f"capacity estimate: {cap:.2f} req/s ({rows[0]['completed']}/{n} done)", flush=True)
-    for frac in args.fractions:
+    n, cap, rows = args.burst, 0.0, []
+    if n > 0:
+        burst = RequestTrace.from_arrays(np.zeros(n), *sample_lengths(shape, n, rng, max_len))
+        budget = max(10.0, min(args.burst_seconds, left(args, t_start) / 3))
+        m = await session.run(Level("burst", burst, LoadSpec("burst", deadline_s=budget,
+                                                             request_timeout_s=budget)), root)
+        cap = capacity_rps(m)
+        rows.append(summarize("burst", None, m))
+        print(f"capacity estimate: {cap:.2f} req/s ({rows[0]['completed']}/{n} done)", flush=True)
+    for frac in args.fractions if n > 0 else []:
         row = await run_fraction(args, session, root, t_start, frac, cap, shape, max_len, rng)
         if row is None:
             break
         rows.append(row)
+    for concurrency in args.concurrency_sweep:
+        row = await run_concurrency(args, session, root, t_start, concurrency, shape, max_len, rng)
+        if row is None:
+            break
+        rows.append(row)
     return rows
+
+
+async def run_concurrency(args: argparse.Namespace, session: EngineSession, root: Path, t_start: float,
+                          concurrency: int, shape: dict[str, Any], max_len: int,
+                          rng: np.random.Generator) -> dict[str, Any] | None:
+    """One closed-loop level: ``concurrency`` requests in flight, ``--sweep-waves`` times as many
+    requests in all; ``None`` when too little time is left."""
+    budget = min(args.level_seconds, left(args, t_start))
+    if budget < 5.0:
+        print(f"skipping concurrency {concurrency} and later: {left(args, t_start):.0f} s left", flush=True)
+        return None
+    n = max(4, args.sweep_waves * concurrency)
+    trace = RequestTrace.from_arrays(np.zeros(n), *sample_lengths(shape, n, rng, max_len))
+    name = f"c{concurrency:04d}"
+    m = await session.run(Level(name, trace, LoadSpec("concurrency", concurrency=concurrency,
+                                                      request_timeout_s=budget, deadline_s=budget)), root)
+    print(f"{time.strftime('%H:%M:%S')} {name}: {n} requests", flush=True)
+    return summarize(name, None, m)
 
 
 async def run_fraction(args: argparse.Namespace, session: EngineSession, root: Path, t_start: float,
@@ -227,15 +254,25 @@ async def run_fraction(args: argparse.Namespace, session: EngineSession, root: P
 # ------------------------------------------------------------------------------------ main
 
 
+def _ints(text: str) -> list[int]:
+    values = [int(x) for x in text.split(",") if x]
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every concurrency must be >= 1")
+    return values
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", help="name in latsim/catalog/data/models/ (a label with --config-dir)")
     p.add_argument("--config-dir", help="a directory holding an HF config.json")
     p.add_argument("--shape", action="append", help="'mix' or 'fixed:in=N,out=M'; repeat for several "
                    "shapes on one engine (default: mix)")
-    p.add_argument("--fractions", type=lambda s: [float(x) for x in s.split(",")],
+    p.add_argument("--fractions", type=lambda s: [float(x) for x in s.split(",") if x],
                    default=[0.25, 0.5, 0.75, 0.9])
     p.add_argument("--burst", type=int, default=300, help="requests in the saturation burst")
+    p.add_argument("--concurrency-sweep", type=_ints, default=[],
+                   help="comma-separated requests in flight, one closed-loop level each (after the fractions)")
+    p.add_argument("--sweep-waves", type=int, default=2, help="requests per sweep level / its concurrency")
     p.add_argument("--burst-seconds", type=float, default=120.0, help="deadline of the burst")
     p.add_argument("--level-seconds", type=float, default=60.0)
     p.add_argument("--max-seconds", type=float, default=540.0, help="whole run, engine start included")

@@ -282,6 +282,25 @@ def test_device_script_flow_with_fake_engine(tmp_path: Path) -> None:
     assert len(load_run(unpacked / "fake-fixed" / "f0.40")) == rows[2]["sent"]
 
 
+def test_device_script_concurrency_sweep(tmp_path: Path) -> None:
+    dm = device_script()
+    args = dm.parse_args(["--config-dir", str(tmp_path), "--shape", "fixed:in=16,out=6", "--burst", "0",
+                          "--fractions", "", "--concurrency-sweep", "1,3", "--sweep-waves", "2",
+                          "--level-seconds", "20", "--out", str(tmp_path)])
+
+    async def flow() -> list[dict[str, Any]]:
+        session = await EngineSession(FakeEngine(), FAKE_PARAMS, {"model": {"name": "fake"}}).start()
+        return await dm.run_all(args, session, tmp_path / "fake-fixed", dm.time.monotonic())
+
+    rows = asyncio.run(flow())
+    assert [r["level"] for r in rows] == ["c0001", "c0003"]
+    assert [r["completed"] for r in rows] == [4, 6]  # at least 4 requests; else waves x concurrency
+    run = load_run(tmp_path / "fake-fixed" / "c0003")
+    assert run.meta["load"]["mode"] == "concurrency" and run.meta["load"]["concurrency"] == 3
+    with pytest.raises(SystemExit):
+        dm.parse_args(["--model", "x", "--concurrency-sweep", "4,0"])
+
+
 def test_device_script_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                             capsys: pytest.CaptureFixture[str]) -> None:
     dm = device_script()
