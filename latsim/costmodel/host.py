@@ -14,9 +14,9 @@ kernel is launched from Python.  That costs ``eager_layer_s`` per layer, and
 expert kernels are several Python-level calls), on top of the GPU time (measured live runs
 show it adds rather than overlaps: a 512-token prompt joining a decode batch of Llama-3.1-8B
 costs about twice its GEMM time).  Under asynchronous scheduling the launch of such a step
-also holds back the outputs of the step before it: ``launch_layer_s`` per layer (and
-``launch_moe_layer_s`` more per MoE layer) of CPU time, the next step decided only once it
-ends, the step ending ``launch_tail_s`` after it at the earliest (:mod:`latsim.engine.launch`
+also holds back the outputs of the step before it: the step's host time, then
+``launch_layer_s`` per layer (and ``launch_moe_layer_s`` more per MoE layer) of CPU time, the
+next step decided only once it ends, the step ending ``launch_tail_s`` after it at the earliest (:mod:`latsim.engine.launch`
 applies it; the cost model only prices it).
 
 :class:`HostOverlapCostModel` wraps a GPU-only cost model (one built with zero step overhead)
@@ -139,10 +139,12 @@ class HostOverlapCostModel:
 
     def launch_s(self, batch: BatchShape) -> float:
         """CPU seconds to launch ``batch`` when it runs without CUDA graphs under asynchronous
-        scheduling (0.0 for a graph step, or when no launch term is set)."""
+        scheduling (0.0 for a graph step, or when no launch term is set): the step's host work
+        (``step_s + seq_s x sequences``: scheduling and preparing its inputs come first), then
+        the kernels, layer by layer."""
         if self.launch_from is None or batch.num_tokens <= self.launch_from:
             return 0.0
-        return self._launch
+        return self._host_s(batch.num_seqs) + self._launch
 
     def _host_s(self, seqs: int) -> float:
         return self._step_s + self._seq_s * seqs

@@ -78,11 +78,16 @@ def test_host_model_prices_a_launch_only_for_graph_less_asynchronous_steps() -> 
     host = HostOverhead(1e-3, 0.0, 0.0, launch_layer_s=5e-4, launch_moe_layer_s=1e-3, launch_tail_s=2e-3,
                         launch_sigma=0.3)
     model = HostOverlapCostModel(LinearCost(), host, True, layers=32, moe_layers=0, graph_tokens=512)
-    assert model.launch_s(BatchShape(prefill_tokens=513, prefill_seqs=1)) == pytest.approx(0.016)
+    assert model.launch_s(BatchShape(prefill_tokens=513, prefill_seqs=1)) == pytest.approx(1e-3 + 0.016)
     assert model.launch_s(BatchShape(prefill_tokens=500, prefill_seqs=1, decode_seqs=12)) == 0.0
     assert model.launch_tail_s == 2e-3 and model.launch_from == 512 and model.launch_sigma == 0.3
     moe = HostOverlapCostModel(LinearCost(), host, True, layers=48, moe_layers=48, graph_tokens=512)
-    assert moe.launch_s(BIG) == pytest.approx(48 * 1.5e-3)
+    assert moe.launch_s(BIG) == pytest.approx(1e-3 + 48 * 1.5e-3)
+    per_seq = HostOverlapCostModel(LinearCost(), HostOverhead(1e-3, 1e-5, 0.0, launch_layer_s=5e-4), True,
+                                   layers=32, graph_tokens=512)
+    # the step's host work (scheduling, inputs) comes before the layer-by-layer launch
+    assert per_seq.launch_s(BatchShape(prefill_tokens=512, prefill_seqs=1, decode_seqs=100)) == pytest.approx(
+        1e-3 + 101 * 1e-5 + 0.016)
     sync = HostOverlapCostModel(LinearCost(), host, False, layers=32, graph_tokens=512)
     assert sync.launch_s(BIG) == 0.0 and sync.launch_from is None  # the synchronous loop adds host time instead
     with pytest.raises(ValueError, match="launch_tail_s"):

@@ -21,7 +21,7 @@ from latsim.validate.compare import (
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "validation" / "h200"
-SMALL_RUN = DATA / "llama-2-7b-mix" / "f0.25"  # 89 requests
+SMALL_RUN = DATA / "llama-2-7b-mix" / "f0.25"  # 119 requests
 CLIENT_BOUND_RUN = DATA.parent / "h200-tp2" / "llama-3.1-8b-fixed-in512-out128" / "f0.75"  # send lag p99 0.25 s
 
 
@@ -43,7 +43,7 @@ def test_replay_gives_signed_errors_for_every_metric_and_statistic() -> None:
     row = table[(table["metric"] == "ttft_ms") & (table["stat"] == "p50")].iloc[0]
     assert row["error"] == pytest.approx((row["predicted"] - row["measured"]) / row["measured"])
     assert row["measured"] == pytest.approx(level.measured["ttft_ms"]["p50"])
-    assert len(level.predicted_records) == len(level.measured_records) == 89
+    assert len(level.predicted_records) == len(level.measured_records) == 119
 
 
 def test_client_bound_runs_are_flagged_and_can_be_left_out() -> None:

@@ -1,0 +1,63 @@
+"""Measure the engine's host time per decode step against batch size from a concurrency sweep.
+
+    python scripts/host_steps.py data/host/h200/llama-3.2-1b-fixed-in32-out256
+
+A sweep (``scripts/device_measure.py --concurrency-sweep ...``) holds one closed-loop level per
+concurrency ``c`` (``c0064/``: 64 requests in flight).  With fixed lengths the requests of a
+level start, decode and finish together, so nearly every step is a pure decode of ``c``
+sequences; the median of a request's inter-token gaps is then the decode step.  Per level the
+script prints the median over requests of that median; then the least-squares line
+``step_s + seq_s x c`` over the levels with ``c >= --min-concurrency``.  On a model small
+enough that the GPU finishes first (Llama-3.2-1B on an H200), the line is the host time of a
+step: scheduling, preparing inputs and processing outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from latsim.validate.records import load_run
+
+
+def decode_step_s(level: Path) -> float:
+    """Median over the level's completed requests of their median inter-token gap (seconds)."""
+    run = load_run(level)
+    ok = run.requests[run.requests["status"] == "ok"]
+    gaps = [np.median(np.diff(np.asarray(c, dtype=float))) for c in ok["chunk_times_s"] if len(c) > 3]
+    if not gaps:
+        raise SystemExit(f"{level}: no completed request with more than 3 tokens")
+    return float(np.median(gaps))
+
+
+def sweep(root: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(concurrency, decode step seconds) of every ``c*`` level under ``root``."""
+    levels = sorted(p for p in root.glob("c[0-9]*") if p.is_dir())
+    if not levels:
+        raise SystemExit(f"{root}: no concurrency levels (c0001/, c0002/, ...) found")
+    return (np.array([int(p.name[1:]) for p in levels], dtype=float),
+            np.array([decode_step_s(p) for p in levels]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sweep", type=Path, help="a folder of c* levels")
+    ap.add_argument("--min-concurrency", type=int, default=2,
+                    help="levels below this are printed but left out of the line")
+    args = ap.parse_args()
+    conc, step = sweep(args.sweep)
+    for c, s in zip(conc, step, strict=True):
+        print(f"c={c:5.0f}  decode step {s * 1e3:6.2f} ms")
+    used = conc >= args.min_concurrency
+    if used.sum() < 2:
+        raise SystemExit(f"need two levels with c >= {args.min_concurrency}")
+    seq_s, step_s = np.polyfit(conc[used], step[used], 1)
+    resid = step[used] - (step_s + seq_s * conc[used])
+    print(f"line over {used.sum()} levels: step_s {step_s * 1e3:.3f} ms, seq_s {seq_s * 1e6:.2f} us/seq, "
+          f"residual rms {np.sqrt(np.mean(resid ** 2)) * 1e3:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
