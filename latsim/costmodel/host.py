@@ -16,8 +16,8 @@ show it adds rather than overlaps: a 512-token prompt joining a decode batch of 
 costs about twice its GEMM time).  Under asynchronous scheduling the launch of such a step
 also holds back the outputs of the step before it: the step's host time, then
 ``launch_layer_s`` per layer (and ``launch_moe_layer_s`` more per MoE layer) of CPU time, the
-next step decided only once it ends, the step ending ``launch_tail_s`` after it at the earliest (:mod:`latsim.engine.launch`
-applies it; the cost model only prices it).
+next step decided only once it ends, the step ending ``launch_tail_s`` after it at the
+earliest (:mod:`latsim.engine.launch` applies it; the cost model only prices it).
 
 :class:`HostOverlapCostModel` wraps a GPU-only cost model (one built with zero step overhead)
 and applies these terms.  The parameters live in ``costmodel/data/engine_host.yaml`` with the
