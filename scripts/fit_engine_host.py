@@ -25,7 +25,7 @@ import numpy as np
 
 from latsim.costmodel.host import default_host_overhead
 from latsim.validate.compare import find_runs
-from latsim.validate.fit_host import FIELDS, Replay, errors, fit_host, load_replays
+from latsim.validate.fit_host import DENSE_FIELDS, FIELDS, Replay, errors, fit_host, load_replays
 from latsim.validate.records import read_meta
 
 
@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--kind", default="calibrated", choices=("calibrated", "roofline"))
     ap.add_argument("--dense-train", default=r"h200/llama-3\.1-8b-")
     ap.add_argument("--moe-train", default=r"h200/qwen3-30b-a3b-fixed")
-    ap.add_argument("--dense-free", default="frontend_s,gpu_scale,eager_layer_s")
+    ap.add_argument("--dense-free", default=",".join(DENSE_FIELDS))
     ap.add_argument("--moe-free", default="eager_moe_layer_s")
     ap.add_argument("--start", action="append", default=[], help="KEY=VALUE starting value of a term")
     args = ap.parse_args()

@@ -72,8 +72,9 @@ def errors(replay: Replay, host: HostOverhead) -> np.ndarray:
 
 
 FIELDS = TERMS
-DENSE_FIELDS = ("step_s", "seq_s", "frontend_s", "gpu_scale", "eager_layer_s", "launch_layer_s",
-                "launch_tail_s")  # what dense-model runs can tell apart
+DENSE_FIELDS = ("frontend_s", "gpu_scale", "eager_layer_s")
+"""The terms a dense model's Poisson runs are fitted for; the host time per step and per sequence
+and the launch terms are measured (``scripts/host_steps.py``, ``scripts/launch_gaps.py``)."""
 
 
 def fit_host(replays: list[Replay], start: HostOverhead,
