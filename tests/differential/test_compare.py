@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from latsim.engine.differential import (
@@ -18,6 +16,7 @@ from latsim.engine.differential import (
     report,
 )
 from latsim.engine.steprecord import StepRecord, StreamRequest
+from tests.script_module import load_script
 
 
 def rec(step, scheduled, **kw) -> StepRecord:
@@ -67,10 +66,7 @@ def test_report_shows_the_first_difference_with_its_neighbours():
 
 
 def test_bridge_json_round_trip():
-    spec = importlib.util.spec_from_file_location("run_differential", BRIDGE)
-    assert spec is not None and spec.loader is not None
-    bridge = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bridge)
+    bridge = load_script(BRIDGE)
     for r in VLLM:
         assert record_from_json(bridge.record_to_json(r)) == r
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -10,16 +9,11 @@ import numpy as np
 import pytest
 
 from latsim.validate.records import RequestRecord, write_run
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.script_module import load_script
 
 
 def host_steps() -> Any:
-    spec = importlib.util.spec_from_file_location("host_steps", REPO / "scripts" / "host_steps.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path("host_steps.py"))
 
 
 def level(root: Path, concurrency: int, step_s: float, rng: np.random.Generator) -> None:

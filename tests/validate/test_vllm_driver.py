@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from latsim.validate.vllm_driver import (
     sweep_limit,
 )
 from latsim.workload.trace import RequestTrace
+from tests.script_module import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_PARAMS = RunOptions(params=lambda n: n, warmup_requests=3)
@@ -233,11 +233,7 @@ def test_imports_pull_in_neither_simpy_nor_vllm() -> None:
 
 
 def device_script() -> Any:
-    spec = importlib.util.spec_from_file_location("device_measure", REPO / "scripts" / "device_measure.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path("device_measure.py"))
 
 
 def test_device_script_shapes() -> None:

@@ -1,0 +1,19 @@
+"""Load a file of ``scripts/`` as a module: the scripts are run by path, not imported."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def load_script(path: Path) -> ModuleType:
+    """Execute ``path`` (absolute, or a file name under ``scripts/``) and return it as a module."""
+    path = path if path.is_absolute() else SCRIPTS / path
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
