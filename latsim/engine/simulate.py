@@ -16,7 +16,7 @@ import pandas as pd
 import simpy
 
 from latsim.costmodel.batch import CostModel
-from latsim.costmodel.host import HostOverhead
+from latsim.costmodel.host import HostOverhead, cudagraph_limit
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.engine.launch import release_held
 from latsim.engine.memory import MemoryPlan, plan_memory
@@ -53,8 +53,6 @@ def default_horizon(trace: RequestTrace) -> float:
 
 def graph_tokens(engine: EngineConfig) -> int:
     """The CUDA-graph limit of a resolved ``engine`` (its caps are set by :func:`resolve_engine`)."""
-    from latsim.costmodel.host import cudagraph_limit
-
     if engine.max_num_seqs is None or engine.max_num_batched_tokens is None:
         raise ValueError("graph_tokens needs a resolved engine (see latsim.deployment.resolve_engine)")
     return cudagraph_limit(engine.max_num_seqs, engine.max_num_batched_tokens)
