@@ -164,7 +164,8 @@ async def measure(args: argparse.Namespace, settings: EngineSettings,
             warm = args.warmup if i == 0 else 0  # the first shape's warm-up serves the engine
             options = RunOptions(seed=args.seed, warmup_requests=warm, warmup_max_input_tokens=2048,
                                  warmup_max_output_tokens=128,
-                                 warmup_sweep_requests=args.warmup_sweep if i == 0 else 0)
+                                 warmup_sweep_requests=args.warmup_sweep if i == 0 else 0,
+                                 host_probe=args.host_probe)
             session = await EngineSession(engine, options, meta).start()
             print(f"{time.strftime('%H:%M:%S')} warm-up done; measuring {shape}", flush=True)
             results.append(await run_all(args, session, root, t_start))
@@ -283,6 +284,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(inputs 16..2048, outputs 1..128 tokens)")
     p.add_argument("--warmup-sweep", type=int, default=96, help="prompts sent one at a time after the "
                    "warm-up burst, lengths 16..token budget (compiles every MoE kernel variant)")
+    p.add_argument("--host-probe", action=argparse.BooleanOptionalAction, default=True,
+                   help="record the host's CPU speed, steal and the engine's CPU waits per level")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--gpu-memory-utilization", type=float)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from latsim.validate.gcwatch import GcWatch
+from latsim.validate.hostprobe import HostProbe, baseline_s
 from latsim.validate.loadgen import LoadSpec, Recorder, RequestSpec, prompt_token_ids, run_load, run_meta
 from latsim.validate.loadgen import specs_from_trace as _specs
 from latsim.validate.measurement import Measurement
@@ -198,6 +199,10 @@ class RunOptions:
     so the running batch shrinks through every size and prefills of many lengths run once
     before anything is measured (kernels compiled on first use stay out of the levels).
 
+    With ``host_probe`` every level runs beside a :class:`~latsim.validate.hostprobe.HostProbe`
+    (the host's CPU speed, steal and the engine processes' CPU waits, into ``meta.json``); its
+    baseline is timed once when the session starts, before the warm-up.
+
     ``warmup_sweep_requests`` more follow one at a time (:func:`sweep_lengths`): single prompts
     whose lengths cover ``[16, min(token budget, max_model_len - 2)]``, so every step size
     class runs once alone.  Kernels that vLLM does not capture in CUDA graphs (Triton's MoE
@@ -211,6 +216,7 @@ class RunOptions:
     warmup_max_output_tokens: int = 16
     warmup_sweep_requests: int = 0
     reset_prefix_cache: bool = True
+    host_probe: bool = False
     params: ParamsFactory | None = None
     vocab_size: int | None = None
 
@@ -289,9 +295,11 @@ class EngineSession:
         self.backend = VllmBackend(engine, self.options.params or vllm_sampling_params,
                                    self.options.seed, vocab)
         self.meta: dict[str, Any] = {"engine": "vllm-asyncllm", **(meta or {})}
+        self.probe_baseline: float | None = None
 
     async def start(self) -> EngineSession:
         snapshot = engine_config_snapshot(self.engine)  # resolved at start-up; the warm-up changes none of it
+        self.probe_baseline = baseline_s() if self.options.host_probe else None
         await warm_up(self.backend, self.options, sweep_limit(snapshot))
         self.meta["engine_config"] = {**snapshot, "versions": versions()}
         return self
@@ -301,10 +309,12 @@ class EngineSession:
         specs = _specs(level.trace, level.load, id_prefix=level.name)
         reset = await reset_prefix_cache(self.engine) if self.options.reset_prefix_cache else None
         started = dt.datetime.now(dt.timezone.utc).isoformat()
-        with GcWatch() as gc_watch:
+        probe = HostProbe(self.probe_baseline) if self.options.host_probe else None
+        with GcWatch() as gc_watch, probe or contextlib.nullcontext():
             records, duration = await run_load(self.backend, specs, level.load)
         full_meta = {**run_meta("vllm", level.trace, level.load, records, started, duration),
                      "client_gc": gc_watch.stats(),
+                     **({"host_probe": probe.result()} if probe else {}),
                      "level": level.name, "prefix_cache_reset": reset, **self.meta}
         out_dir = None if out_root is None else Path(out_root) / level.name
         if out_dir is not None:

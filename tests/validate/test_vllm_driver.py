@@ -351,3 +351,11 @@ def test_device_script_model_lookup(tmp_path: Path) -> None:
         dm.model_dir(dm.parse_args(["--model", "no-such-model"]), tmp_path)
     with pytest.raises(SystemExit, match=r"no config\.json there"):
         dm.model_dir(dm.parse_args(["--config-dir", str(tmp_path)]), tmp_path)
+
+
+def test_host_probe_goes_into_each_level_meta(tmp_path: Path) -> None:
+    opts = RunOptions(params=lambda n: n, warmup_requests=2, host_probe=True)
+    run(run_levels(FakeEngine(), [Level("open", trace(5, 0.05))], tmp_path, opts))
+    probe = load_run(tmp_path / "open").meta["host_probe"]
+    assert probe["baseline_s"] > 0 and probe["summary"]["samples"] == len(probe["rows"]) >= 1
+    assert probe["columns"][:2] == ["t_s", "probe_s"]

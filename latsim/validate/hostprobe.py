@@ -1,0 +1,236 @@
+"""The engine host's CPU speed while a level runs, measured beside the engine.
+
+A host-bound engine (a small model whose steps are mostly Python) is only as fast as the CPU
+it gets.  On a shared or virtualised machine that speed changes while a run goes on, and the
+latencies with it; nothing in the token times says whether the engine or its host changed.
+:class:`HostProbe` runs a separate process that, every ``interval_s``:
+
+- times a fixed pure-Python workload (``probe_s``: the same work each time, so its duration
+  is the speed one Python thread gets now);
+- reads ``/proc/stat`` for the whole machine's busy and steal fractions over the interval
+  (steal: time the hypervisor gave this machine's CPUs to someone else);
+- sums ``/proc/<pid>/task/*/schedstat`` over the watched process and its descendants (the
+  engine's processes): CPU seconds run and seconds spent runnable but waiting for a CPU.
+
+The series and its summary go into the level's ``meta.json`` (``host_probe``).  Times are
+seconds since the probe started, which is just before the level's clock starts.  Off Linux
+the ``/proc`` columns are empty (``None``); the workload timing works anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+COLUMNS = ("t_s", "probe_s", "busy", "steal", "run_s", "wait_s")
+DEFAULT_INTERVAL_S = 0.1
+DEFAULT_WORK = 20_000
+SLOW_RATIO = 1.3  # a sample this much slower than the baseline counts as slow
+
+
+def workload(n: int) -> int:
+    """A fixed amount of interpreter work (integer arithmetic in a loop)."""
+    acc = 0
+    for i in range(n):
+        acc += i * i % 7
+    return acc
+
+
+def time_workload(n: int) -> float:
+    """Seconds one :func:`workload` of size ``n`` takes now."""
+    t0 = time.perf_counter()
+    workload(n)
+    return time.perf_counter() - t0
+
+
+def baseline_s(n: int = DEFAULT_WORK, repeats: int = 50) -> float:
+    """The workload's median duration over ``repeats`` back-to-back runs (a reference speed,
+    taken while the machine is quiet, e.g. before an engine starts)."""
+    return float(np.median([time_workload(n) for _ in range(repeats)]))
+
+
+# ------------------------------------------------------------------------------- /proc reads
+
+
+def cpu_times() -> tuple[int, int, int] | None:
+    """(total, idle, steal) jiffies of all CPUs from ``/proc/stat``; ``None`` where absent."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    values = [int(v) for v in fields[:8]] + [0] * (8 - len(fields[:8]))
+    idle = values[3] + values[4]
+    return sum(values), idle, values[7]
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, from ``/proc/<pid>/task/*/children``."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def sched_seconds(pids: list[int], exclude: int) -> dict[str, tuple[float, float]]:
+    """(run, runnable-wait) seconds so far of every thread of ``pids`` but ``exclude``, keyed
+    by ``pid/tid`` (threads come and go: compare two readings thread by thread)."""
+    out = {}
+    for p in pids:
+        if p == exclude:
+            continue
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                fields = (task / "schedstat").read_text().split()
+            except OSError:
+                continue
+            out[f"{p}/{task.name}"] = (int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+    return out
+
+
+def sched_delta(before: dict[str, tuple[float, float]],
+                after: dict[str, tuple[float, float]]) -> tuple[float, float] | None:
+    """Summed (run, wait) seconds between two :func:`sched_seconds` readings over the threads
+    in both; ``None`` when none is."""
+    common = before.keys() & after.keys()
+    if not common:
+        return None
+    return (sum(after[k][0] - before[k][0] for k in common),
+            sum(after[k][1] - before[k][1] for k in common))
+
+
+# ------------------------------------------------------------------------------ the sampler
+
+
+def samples(interval_s: float, work: int, watch: int | None, stop: list[bool]) -> Iterator[list[Any]]:
+    """Yield one row of :data:`COLUMNS` every ``interval_s`` until ``stop[0]`` is set."""
+    start = time.perf_counter()
+    last_cpu = cpu_times()
+    last_sched: dict[str, tuple[float, float]] = {}
+    me = os.getpid()
+    while not stop[0]:
+        probe = time_workload(work)
+        cpu = cpu_times()
+        busy = steal = None
+        if cpu is not None and last_cpu is not None and cpu[0] > last_cpu[0]:
+            total = cpu[0] - last_cpu[0]
+            busy, steal = 1 - (cpu[1] - last_cpu[1]) / total, (cpu[2] - last_cpu[2]) / total
+        last_cpu = cpu
+        sched = sched_seconds(descendants(watch), me) if watch else {}
+        delta = sched_delta(last_sched, sched)
+        last_sched = sched
+        yield [time.perf_counter() - start, probe, busy, steal, *(delta or (None, None))]
+        time.sleep(max(0.0, interval_s - probe))
+
+
+def _main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="host probe sampler (started by HostProbe)")
+    ap.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S)
+    ap.add_argument("--work", type=int, default=DEFAULT_WORK)
+    ap.add_argument("--watch", type=int, default=None)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    stop = [False]
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
+    with open(args.out, "w", buffering=1) as fh:
+        for row in samples(args.interval, args.work, args.watch, stop):
+            fh.write(",".join("" if v is None else f"{v:.6g}" for v in row) + "\n")
+
+
+# --------------------------------------------------------------------------- the context
+
+
+class HostProbe:
+    """Context manager: ``with HostProbe(baseline) as p: ...``, then ``p.result()``.
+
+    ``baseline`` is :func:`baseline_s` taken earlier on the same machine (``None``: the
+    summary has no ratios).  ``watch`` is the pid whose process tree is followed (default:
+    this process, whose children are the engine's processes).
+    """
+
+    def __init__(self, baseline: float | None = None, interval_s: float = DEFAULT_INTERVAL_S,
+                 work: int = DEFAULT_WORK, watch: int | None = None) -> None:
+        self.baseline, self.interval_s, self.work = baseline, interval_s, work
+        self.watch = os.getpid() if watch is None else watch
+        self.rows: list[list[float | None]] = []
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._path: Path | None = None
+
+    def __enter__(self) -> HostProbe:
+        fd, name = tempfile.mkstemp(prefix="latsim-probe-", suffix=".csv")
+        os.close(fd)
+        self._path = Path(name)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "latsim.validate.hostprobe", "--interval", str(self.interval_s),
+             "--work", str(self.work), "--watch", str(self.watch), "--out", name],
+            stdin=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._proc is not None and self._path is not None
+        self._proc.send_signal(signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self.rows = list(parse_rows(self._path.read_text()))
+        self._path.unlink(missing_ok=True)
+
+    def result(self) -> dict[str, Any]:
+        """The ``host_probe`` entry of ``meta.json``: settings, summary and the series."""
+        return {"interval_s": self.interval_s, "work": self.work, "baseline_s": self.baseline,
+                "summary": summarize(self.rows, self.baseline), "columns": list(COLUMNS),
+                "rows": self.rows}
+
+
+def parse_rows(text: str) -> Iterator[list[float | None]]:
+    """Rows of the sampler's file; a torn last line (the sampler was stopped mid-write) is
+    skipped."""
+    for line in text.splitlines():
+        cells = line.split(",")
+        if len(cells) != len(COLUMNS):
+            continue
+        try:
+            yield [float(c) if c else None for c in cells]
+        except ValueError:
+            continue
+
+
+def summarize(rows: list[list[float | None]], baseline: float | None) -> dict[str, Any]:
+    """Median probe time, its ratio to ``baseline`` and the fraction of slow samples
+    (ratio above :data:`SLOW_RATIO`), mean busy and steal fractions, and the watched
+    processes' runnable-wait share of their CPU time."""
+    if not rows:
+        return {"samples": 0}
+    table = np.array([[np.nan if v is None else v for v in r] for r in rows], dtype=float)
+    probe = table[:, 1]
+    out: dict[str, Any] = {"samples": len(rows), "probe_p50_s": float(np.median(probe))}
+    if baseline:
+        out["probe_ratio_p50"] = float(np.median(probe) / baseline)
+        out["slow_fraction"] = float(np.mean(probe > SLOW_RATIO * baseline))
+    for name, col in (("busy_mean", 2), ("steal_mean", 3)):
+        values = table[:, col][~np.isnan(table[:, col])]
+        out[name] = float(values.mean()) if len(values) else None
+    run, wait = np.nansum(table[:, 4]), np.nansum(table[:, 5])
+    out["wait_per_run"] = float(wait / run) if run > 0 else None
+    return out
+
+
+if __name__ == "__main__":
+    _main()

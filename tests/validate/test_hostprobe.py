@@ -1,0 +1,66 @@
+"""HostProbe: a separate process times a fixed workload and reads /proc beside a level."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from latsim.validate.hostprobe import COLUMNS, SLOW_RATIO, HostProbe, baseline_s, parse_rows, summarize
+
+LINUX = Path("/proc/stat").is_file()
+
+
+def test_probe_records_a_series_and_follows_the_watched_tree() -> None:
+    base = baseline_s(repeats=5)
+    with HostProbe(base, interval_s=0.02) as probe:
+        hog = subprocess.Popen([sys.executable, "-c",
+                                "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"])
+        hog.wait()
+    result = probe.result()
+    rows = np.array([[np.nan if v is None else v for v in r] for r in result["rows"]])
+    assert result["columns"] == list(COLUMNS) and len(rows) >= 5
+    assert np.all(np.diff(rows[:, 0]) > 0) and np.all(rows[:, 1] > 0)
+    assert result["summary"]["samples"] == len(rows) and result["baseline_s"] == base
+    if LINUX:
+        assert np.nanmin(rows[:, 2]) >= 0.0 and np.nanmax(rows[:, 2]) <= 1.0
+        # the busy child was a descendant of this process: its CPU time is counted
+        assert np.nansum(rows[:, 4]) > 0.3
+
+
+def test_summary_counts_slow_samples_against_the_baseline() -> None:
+    fast, slow = 0.001, 0.001 * (SLOW_RATIO + 0.5)
+    rows = [[i * 0.1, fast if i % 4 else slow, 0.5, 0.02, 0.1, 0.01] for i in range(40)]
+    s = summarize(rows, baseline=0.001)
+    assert s["slow_fraction"] == pytest.approx(0.25)
+    assert s["probe_ratio_p50"] == pytest.approx(1.0)
+    assert s["steal_mean"] == pytest.approx(0.02) and s["wait_per_run"] == pytest.approx(0.1)
+    assert "slow_fraction" not in summarize(rows, baseline=None)
+    assert summarize([], 0.001) == {"samples": 0}
+
+
+def test_missing_proc_columns_and_torn_lines() -> None:
+    text = "0.1,0.001,,,,\n0.2,0.002,0.5,0.0,0.1,0.0\n0.3,0.0"
+    rows = list(parse_rows(text))
+    assert rows == [[0.1, 0.001, None, None, None, None], [0.2, 0.002, 0.5, 0.0, 0.1, 0.0]]
+    s = summarize(rows, 0.001)
+    assert s["busy_mean"] == pytest.approx(0.5) and s["slow_fraction"] == pytest.approx(0.5)
+
+
+def test_probe_stops_promptly() -> None:
+    t0 = time.perf_counter()
+    with HostProbe(None, interval_s=0.5):
+        pass
+    assert time.perf_counter() - t0 < 5
+
+
+def test_threads_that_exit_between_readings_are_left_out() -> None:
+    from latsim.validate.hostprobe import sched_delta
+    before = {"1/1": (1.0, 0.1), "1/2": (5.0, 0.5)}
+    after = {"1/1": (1.2, 0.15), "1/3": (0.1, 0.0)}
+    assert sched_delta(before, after) == pytest.approx((0.2, 0.05))
+    assert sched_delta({}, after) is None
