@@ -5,8 +5,12 @@ it gets.  On a shared or virtualised machine that speed changes while a run goes
 latencies with it; nothing in the token times says whether the engine or its host changed.
 :class:`HostProbe` runs a separate process that, every ``interval_s``:
 
-- times a fixed pure-Python workload (``probe_s``: the same work each time, so its duration
-  is the speed one Python thread gets now);
+- finds the watched tree's busiest thread over the last interval (the engine's scheduling
+  loop: ``hot_share`` of the interval on a CPU) and the CPU it last ran on (``cpu``), moves
+  itself onto that CPU and times a fixed pure-Python workload there in thread CPU time
+  (``probe_s``: the same work each time, so its CPU time is the speed that CPU gives one
+  Python thread now; time spent preempted is not counted), then once more on any other CPU
+  (``other_s``);
 - reads ``/proc/stat`` for the whole machine's busy and steal fractions over the interval
   (steal: time the hypervisor gave this machine's CPUs to someone else);
 - sums ``/proc/<pid>/task/*/schedstat`` over the watched process and its descendants (the
@@ -32,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
-COLUMNS = ("t_s", "probe_s", "busy", "steal", "run_s", "wait_s")
+COLUMNS = ("t_s", "probe_s", "other_s", "cpu", "hot_tid", "hot_share", "busy", "steal", "run_s", "wait_s")
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_WORK = 20_000
+ALL_CPUS = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 SLOW_RATIO = 1.3  # a sample this much slower than the baseline counts as slow
 
 
@@ -47,10 +52,10 @@ def workload(n: int) -> int:
 
 
 def time_workload(n: int) -> float:
-    """Seconds one :func:`workload` of size ``n`` takes now."""
-    t0 = time.perf_counter()
+    """CPU seconds of this thread that one :func:`workload` of size ``n`` takes now."""
+    t0 = time.thread_time()
     workload(n)
-    return time.perf_counter() - t0
+    return time.thread_time() - t0
 
 
 def baseline_s(n: int = DEFAULT_WORK, repeats: int = 50) -> float:
@@ -103,6 +108,37 @@ def sched_seconds(pids: list[int], exclude: int) -> dict[str, tuple[float, float
     return out
 
 
+def hot_thread(before: dict[str, tuple[float, float]],
+               after: dict[str, tuple[float, float]]) -> tuple[str, float] | None:
+    """The ``pid/tid`` that ran longest between two readings, and its run seconds."""
+    runs = {k: after[k][0] - before[k][0] for k in before.keys() & after.keys()}
+    if not runs:
+        return None
+    key = max(runs, key=lambda k: runs[k])
+    return key, runs[key]
+
+
+def last_cpu(key: str) -> int | None:
+    """The CPU thread ``pid/tid`` last ran on (``/proc/<pid>/task/<tid>/stat`` field 39)."""
+    pid, tid = key.split("/")
+    try:
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[36])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pin_to(cpu: int | None) -> int | None:
+    """Move this process onto ``cpu`` (``None`` or unsupported: leave it); the CPU pinned."""
+    if cpu is None or not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError:
+        return None
+    return cpu
+
+
 def sched_delta(before: dict[str, tuple[float, float]],
                 after: dict[str, tuple[float, float]]) -> tuple[float, float] | None:
     """Summed (run, wait) seconds between two :func:`sched_seconds` readings over the threads
@@ -120,22 +156,30 @@ def sched_delta(before: dict[str, tuple[float, float]],
 def samples(interval_s: float, work: int, watch: int | None, stop: list[bool]) -> Iterator[list[Any]]:
     """Yield one row of :data:`COLUMNS` every ``interval_s`` until ``stop[0]`` is set."""
     start = time.perf_counter()
-    last_cpu = cpu_times()
+    last_times = cpu_times()
     last_sched: dict[str, tuple[float, float]] = {}
-    me = os.getpid()
+    me, hot, last_t = os.getpid(), None, time.perf_counter()
     while not stop[0]:
+        pinned: int | None = pin_to(last_cpu(hot[0])) if hot else None
         probe = time_workload(work)
-        cpu = cpu_times()
+        other = None
+        if pinned is not None and len(ALL_CPUS) > 1:
+            os.sched_setaffinity(0, ALL_CPUS - {pinned})
+            other = time_workload(work)
+        times = cpu_times()
         busy = steal = None
-        if cpu is not None and last_cpu is not None and cpu[0] > last_cpu[0]:
-            total = cpu[0] - last_cpu[0]
-            busy, steal = 1 - (cpu[1] - last_cpu[1]) / total, (cpu[2] - last_cpu[2]) / total
-        last_cpu = cpu
+        if times is not None and last_times is not None and times[0] > last_times[0]:
+            total = times[0] - last_times[0]
+            busy, steal = 1 - (times[1] - last_times[1]) / total, (times[2] - last_times[2]) / total
+        last_times = times
         sched = sched_seconds(descendants(watch), me) if watch else {}
-        delta = sched_delta(last_sched, sched)
-        last_sched = sched
-        yield [time.perf_counter() - start, probe, busy, steal, *(delta or (None, None))]
-        time.sleep(max(0.0, interval_s - probe))
+        delta, hot = sched_delta(last_sched, sched), hot_thread(last_sched, sched)
+        now = time.perf_counter()
+        share = hot[1] / (now - last_t) if hot else None
+        last_sched, last_t = sched, now
+        hot_tid = int(hot[0].split("/")[1]) if hot else None
+        yield [now - start, probe, other, pinned, hot_tid, share, busy, steal, *(delta or (None, None))]
+        time.sleep(max(0.0, interval_s - (time.perf_counter() - now) - probe - (other or 0.0)))
 
 
 def _main(argv: list[str] | None = None) -> None:
@@ -149,7 +193,8 @@ def _main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
     with open(args.out, "w", buffering=1) as fh:
         for row in samples(args.interval, args.work, args.watch, stop):
-            fh.write(",".join("" if v is None else f"{v:.6g}" for v in row) + "\n")
+            fh.write(",".join("" if v is None else str(v) if isinstance(v, int) else f"{v:.6g}"
+                              for v in row) + "\n")
 
 
 # --------------------------------------------------------------------------- the context
@@ -224,10 +269,10 @@ def summarize(rows: list[list[float | None]], baseline: float | None) -> dict[st
     if baseline:
         out["probe_ratio_p50"] = float(np.median(probe) / baseline)
         out["slow_fraction"] = float(np.mean(probe > SLOW_RATIO * baseline))
-    for name, col in (("busy_mean", 2), ("steal_mean", 3)):
+    for name, col in (("busy_mean", 6), ("steal_mean", 7)):
         values = table[:, col][~np.isnan(table[:, col])]
         out[name] = float(values.mean()) if len(values) else None
-    run, wait = np.nansum(table[:, 4]), np.nansum(table[:, 5])
+    run, wait = np.nansum(table[:, 8]), np.nansum(table[:, 9])
     out["wait_per_run"] = float(wait / run) if run > 0 else None
     return out
 

@@ -27,14 +27,16 @@ def test_probe_records_a_series_and_follows_the_watched_tree() -> None:
     assert np.all(np.diff(rows[:, 0]) > 0) and np.all(rows[:, 1] > 0)
     assert result["summary"]["samples"] == len(rows) and result["baseline_s"] == base
     if LINUX:
-        assert np.nanmin(rows[:, 2]) >= 0.0 and np.nanmax(rows[:, 2]) <= 1.0
-        # the busy child was a descendant of this process: its CPU time is counted
-        assert np.nansum(rows[:, 4]) > 0.3
+        assert np.nanmin(rows[:, 6]) >= 0.0 and np.nanmax(rows[:, 6]) <= 1.0
+        # the busy child was a descendant of this process: its CPU time is counted, it was the
+        # busiest thread (nearly a whole CPU) and the probe moved onto its CPU
+        assert np.nansum(rows[:, 8]) > 0.3
+        assert np.nanmax(rows[:, 5]) > 0.5 and np.isfinite(rows[:, 3]).any()
 
 
 def test_summary_counts_slow_samples_against_the_baseline() -> None:
     fast, slow = 0.001, 0.001 * (SLOW_RATIO + 0.5)
-    rows = [[i * 0.1, fast if i % 4 else slow, 0.5, 0.02, 0.1, 0.01] for i in range(40)]
+    rows = [[i * 0.1, fast if i % 4 else slow, fast, 3, 101, 0.9, 0.5, 0.02, 0.1, 0.01] for i in range(40)]
     s = summarize(rows, baseline=0.001)
     assert s["slow_fraction"] == pytest.approx(0.25)
     assert s["probe_ratio_p50"] == pytest.approx(1.0)
@@ -44,9 +46,9 @@ def test_summary_counts_slow_samples_against_the_baseline() -> None:
 
 
 def test_missing_proc_columns_and_torn_lines() -> None:
-    text = "0.1,0.001,,,,\n0.2,0.002,0.5,0.0,0.1,0.0\n0.3,0.0"
+    text = "0.1,0.001,,,,,,,,\n0.2,0.002,0.001,1,7,0.9,0.5,0.0,0.1,0.0\n0.3,0.0"
     rows = list(parse_rows(text))
-    assert rows == [[0.1, 0.001, None, None, None, None], [0.2, 0.002, 0.5, 0.0, 0.1, 0.0]]
+    assert rows == [[0.1, 0.001] + [None] * 8, [0.2, 0.002, 0.001, 1, 7, 0.9, 0.5, 0.0, 0.1, 0.0]]
     s = summarize(rows, 0.001)
     assert s["busy_mean"] == pytest.approx(0.5) and s["slow_fraction"] == pytest.approx(0.5)
 
