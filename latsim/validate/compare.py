@@ -38,6 +38,15 @@ class LevelComparison:
     measured_records: pd.DataFrame
     predicted_records: pd.DataFrame
     client_bound: bool = False
+    host_probe_ms: float | None = None
+
+
+def host_probe_ms(meta: dict) -> float | None:
+    """The median time of the host probe's fixed workload during the run, in ms (``None``: the
+    run was measured without :class:`~latsim.validate.hostprobe.HostProbe`).  The same work each
+    time: a larger value means a slower CPU under the engine while this level ran."""
+    value = ((meta.get("host_probe") or {}).get("summary") or {}).get("probe_p50_s")
+    return float(value) * 1e3 if isinstance(value, (int, float)) else None
 
 
 def client_bound(meta: dict) -> bool:
@@ -96,7 +105,8 @@ def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=N
     trace_meta = m.meta.get("trace") or {}
     return LevelComparison(str(run_dir), str(m.meta.get("level", Path(run_dir).name)),
                            trace_meta.get("offered_qps"), measured, result.summary,
-                           measured_records, result.records, client_bound(m.meta))
+                           measured_records, result.records, client_bound(m.meta),
+                           host_probe_ms(m.meta))
 
 
 def error_table(levels: list[LevelComparison]) -> pd.DataFrame:
@@ -109,7 +119,8 @@ def error_table(levels: list[LevelComparison]) -> pd.DataFrame:
                 pred = (lv.predicted.get(metric) or {}).get(stat)
                 err = (pred - meas) / meas if meas and pred is not None else np.nan
                 rows.append({"run": lv.run_dir, "level": lv.level, "offered_qps": lv.offered_qps,
-                             "client_bound": lv.client_bound, "metric": metric, "stat": stat,
+                             "client_bound": lv.client_bound, "host_probe_ms": lv.host_probe_ms,
+                             "metric": metric, "stat": stat,
                              "measured": meas, "predicted": pred, "error": err})
     return pd.DataFrame(rows)
 

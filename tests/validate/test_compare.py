@@ -18,6 +18,7 @@ from latsim.validate.compare import (
     compare_run,
     error_table,
     headline,
+    host_probe_ms,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "validation" / "h200"
@@ -44,6 +45,17 @@ def test_replay_gives_signed_errors_for_every_metric_and_statistic() -> None:
     assert row["error"] == pytest.approx((row["predicted"] - row["measured"]) / row["measured"])
     assert row["measured"] == pytest.approx(level.measured["ttft_ms"]["p50"])
     assert len(level.predicted_records) == len(level.measured_records) == 119
+    assert table["host_probe_ms"].isna().all()  # measured before the probe existed
+
+
+def test_host_probe_time_is_carried_into_the_error_table() -> None:
+    probed = DATA.parent / "h200-probed-b" / "llama-3.1-8b-mix" / "f0.25"
+    meta = json.loads((probed / "meta.json").read_text())
+    expected = meta["host_probe"]["summary"]["probe_p50_s"] * 1e3
+    assert host_probe_ms(meta) == pytest.approx(expected) and 0.5 < expected < 5
+    assert host_probe_ms({}) is None and host_probe_ms({"host_probe": {"summary": {"samples": 0}}}) is None
+    table = error_table([compare_run(probed, "h200")])
+    assert table["host_probe_ms"].eq(host_probe_ms(meta)).all()
 
 
 def test_client_bound_runs_are_flagged_and_can_be_left_out() -> None:
