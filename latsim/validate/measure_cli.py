@@ -49,7 +49,7 @@ def run_measurement(*, out_dir: Path, endpoint, model_name, engine, model, load_
 
 
 def _run_vllm(model: str | None, load_format: str, workload, load: LoadSpec, out_dir: Path):
-    from latsim.validate.vllm_driver import EngineSettings, Level, run_vllm
+    from latsim.validate.vllm_driver import EngineSettings, Level, RunOptions, run_vllm
 
     if not model:
         raise ValueError("--engine vllm needs --model (a config directory or a catalog name)")
@@ -63,4 +63,5 @@ def _run_vllm(model: str | None, load_format: str, workload, load: LoadSpec, out
             path = Path(tmp)
             (path / "config.json").write_text(json.dumps(model_config_dict(model)))
         settings = EngineSettings(model_dir=str(path), extra={"load_format": load_format})
-        return run_vllm(settings, [Level(out_dir.name, workload, load)], out_dir.parent)[0]
+        options = RunOptions(seed=0, host_probe=True)  # the engine's host speed goes into meta.json
+        return run_vllm(settings, [Level(out_dir.name, workload, load)], out_dir.parent, options)[0]
