@@ -153,33 +153,46 @@ def sched_delta(before: dict[str, tuple[float, float]],
 # ------------------------------------------------------------------------------ the sampler
 
 
+def machine_fractions(before: tuple[int, int, int] | None,
+                      after: tuple[int, int, int] | None) -> tuple[float | None, float | None]:
+    """(busy, steal) fractions of all CPUs between two :func:`cpu_times` readings."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None, None
+    total = after[0] - before[0]
+    return 1 - (after[1] - before[1]) / total, (after[2] - before[2]) / total
+
+
+def probe_cpus(hot: tuple[str, float] | None, work: int) -> tuple[float, float | None, int | None]:
+    """Time the workload on the CPU ``hot``'s thread last ran on, then on any other CPU:
+    (probe CPU seconds, other CPU seconds, the CPU).  Without a hot thread (or where pinning is
+    not possible) one timing wherever the probe runs."""
+    pinned = pin_to(last_cpu(hot[0])) if hot else None
+    probe = time_workload(work)
+    if pinned is None or len(ALL_CPUS) < 2:
+        return probe, None, pinned
+    os.sched_setaffinity(0, ALL_CPUS - {pinned})
+    return probe, time_workload(work), pinned
+
+
 def samples(interval_s: float, work: int, watch: int | None, stop: list[bool]) -> Iterator[list[Any]]:
     """Yield one row of :data:`COLUMNS` every ``interval_s`` until ``stop[0]`` is set."""
-    start = time.perf_counter()
+    start = last_t = tick = time.perf_counter()
     last_times = cpu_times()
     last_sched: dict[str, tuple[float, float]] = {}
-    me, hot, last_t = os.getpid(), None, time.perf_counter()
+    me, hot = os.getpid(), None
     while not stop[0]:
-        pinned: int | None = pin_to(last_cpu(hot[0])) if hot else None
-        probe = time_workload(work)
-        other = None
-        if pinned is not None and len(ALL_CPUS) > 1:
-            os.sched_setaffinity(0, ALL_CPUS - {pinned})
-            other = time_workload(work)
+        probe, other, pinned = probe_cpus(hot, work)
         times = cpu_times()
-        busy = steal = None
-        if times is not None and last_times is not None and times[0] > last_times[0]:
-            total = times[0] - last_times[0]
-            busy, steal = 1 - (times[1] - last_times[1]) / total, (times[2] - last_times[2]) / total
-        last_times = times
+        busy, steal = machine_fractions(last_times, times)
         sched = sched_seconds(descendants(watch), me) if watch else {}
         delta, hot = sched_delta(last_sched, sched), hot_thread(last_sched, sched)
         now = time.perf_counter()
         share = hot[1] / (now - last_t) if hot else None
-        last_sched, last_t = sched, now
         hot_tid = int(hot[0].split("/")[1]) if hot else None
+        last_times, last_sched, last_t = times, sched, now
         yield [now - start, probe, other, pinned, hot_tid, share, busy, steal, *(delta or (None, None))]
-        time.sleep(max(0.0, interval_s - (time.perf_counter() - now) - probe - (other or 0.0)))
+        tick += interval_s
+        time.sleep(max(0.0, tick - time.perf_counter()))
 
 
 def _main(argv: list[str] | None = None) -> None:

@@ -66,3 +66,10 @@ def test_threads_that_exit_between_readings_are_left_out() -> None:
     after = {"1/1": (1.2, 0.15), "1/3": (0.1, 0.0)}
     assert sched_delta(before, after) == pytest.approx((0.2, 0.05))
     assert sched_delta({}, after) is None
+
+
+def test_machine_fractions_from_two_readings() -> None:
+    from latsim.validate.hostprobe import machine_fractions
+    assert machine_fractions((1000, 400, 10), (2000, 900, 60)) == pytest.approx((0.5, 0.05))
+    assert machine_fractions(None, (2000, 900, 60)) == (None, None)
+    assert machine_fractions((1000, 400, 10), (1000, 400, 10)) == (None, None)
