@@ -41,6 +41,7 @@ DEFAULT_INTERVAL_S = 0.1
 DEFAULT_WORK = 20_000
 ALL_CPUS = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 SLOW_RATIO = 1.3  # a sample this much slower than the baseline counts as slow
+Thread = tuple[int, int]  # (pid, tid)
 
 
 def workload(n: int) -> int:
@@ -92,9 +93,9 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def sched_seconds(pids: list[int], exclude: int) -> dict[str, tuple[float, float]]:
+def sched_seconds(pids: list[int], exclude: int) -> dict[Thread, tuple[float, float]]:
     """(run, runnable-wait) seconds so far of every thread of ``pids`` but ``exclude``, keyed
-    by ``pid/tid`` (threads come and go: compare two readings thread by thread)."""
+    by ``(pid, tid)`` (threads come and go: compare two readings thread by thread)."""
     out = {}
     for p in pids:
         if p == exclude:
@@ -104,23 +105,36 @@ def sched_seconds(pids: list[int], exclude: int) -> dict[str, tuple[float, float
                 fields = (task / "schedstat").read_text().split()
             except OSError:
                 continue
-            out[f"{p}/{task.name}"] = (int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+            out[(p, int(task.name))] = (int(fields[0]) / 1e9, int(fields[1]) / 1e9)
     return out
 
 
-def hot_thread(before: dict[str, tuple[float, float]],
-               after: dict[str, tuple[float, float]]) -> tuple[str, float] | None:
-    """The ``pid/tid`` that ran longest between two readings, and its run seconds."""
-    runs = {k: after[k][0] - before[k][0] for k in before.keys() & after.keys()}
-    if not runs:
+def thread_deltas(before: dict[Thread, tuple[float, float]],
+                  after: dict[Thread, tuple[float, float]]) -> dict[Thread, tuple[float, float]]:
+    """(run, wait) seconds of each thread between two :func:`sched_seconds` readings, over the
+    threads in both."""
+    return {k: (after[k][0] - before[k][0], after[k][1] - before[k][1])
+            for k in before.keys() & after.keys()}
+
+
+def sched_totals(deltas: dict[Thread, tuple[float, float]]) -> tuple[float, float] | None:
+    """Summed (run, wait) seconds of :func:`thread_deltas`; ``None`` when no thread is in both."""
+    if not deltas:
         return None
-    key = max(runs, key=lambda k: runs[k])
-    return key, runs[key]
+    return sum(d[0] for d in deltas.values()), sum(d[1] for d in deltas.values())
 
 
-def last_cpu(key: str) -> int | None:
-    """The CPU thread ``pid/tid`` last ran on (``/proc/<pid>/task/<tid>/stat`` field 39)."""
-    pid, tid = key.split("/")
+def busiest(deltas: dict[Thread, tuple[float, float]]) -> tuple[Thread, float] | None:
+    """The thread of :func:`thread_deltas` that ran longest, and its run seconds."""
+    if not deltas:
+        return None
+    thread = max(deltas, key=lambda k: deltas[k][0])
+    return thread, deltas[thread][0]
+
+
+def last_cpu(thread: Thread) -> int | None:
+    """The CPU ``(pid, tid)`` last ran on (``/proc/<pid>/task/<tid>/stat`` field 39)."""
+    pid, tid = thread
     try:
         stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         return int(stat.rsplit(")", 1)[1].split()[36])
@@ -139,17 +153,6 @@ def pin_to(cpu: int | None) -> int | None:
     return cpu
 
 
-def sched_delta(before: dict[str, tuple[float, float]],
-                after: dict[str, tuple[float, float]]) -> tuple[float, float] | None:
-    """Summed (run, wait) seconds between two :func:`sched_seconds` readings over the threads
-    in both; ``None`` when none is."""
-    common = before.keys() & after.keys()
-    if not common:
-        return None
-    return (sum(after[k][0] - before[k][0] for k in common),
-            sum(after[k][1] - before[k][1] for k in common))
-
-
 # ------------------------------------------------------------------------------ the sampler
 
 
@@ -162,7 +165,7 @@ def machine_fractions(before: tuple[int, int, int] | None,
     return 1 - (after[1] - before[1]) / total, (after[2] - before[2]) / total
 
 
-def probe_cpus(hot: tuple[str, float] | None, work: int) -> tuple[float, float | None, int | None]:
+def probe_cpus(hot: tuple[Thread, float] | None, work: int) -> tuple[float, float | None, int | None]:
     """Time the workload on the CPU ``hot``'s thread last ran on, then on any other CPU:
     (probe CPU seconds, other CPU seconds, the CPU).  Without a hot thread (or where pinning is
     not possible) one timing wherever the probe runs."""
@@ -178,19 +181,20 @@ def samples(interval_s: float, work: int, watch: int | None, stop: list[bool]) -
     """Yield one row of :data:`COLUMNS` every ``interval_s`` until ``stop[0]`` is set."""
     start = last_t = tick = time.perf_counter()
     last_times = cpu_times()
-    last_sched: dict[str, tuple[float, float]] = {}
+    last_sched: dict[Thread, tuple[float, float]] = {}
     me, hot = os.getpid(), None
     while not stop[0]:
         probe, other, pinned = probe_cpus(hot, work)
         times = cpu_times()
         busy, steal = machine_fractions(last_times, times)
         sched = sched_seconds(descendants(watch), me) if watch else {}
-        delta, hot = sched_delta(last_sched, sched), hot_thread(last_sched, sched)
+        deltas = thread_deltas(last_sched, sched)
+        totals, hot = sched_totals(deltas), busiest(deltas)
         now = time.perf_counter()
         share = hot[1] / (now - last_t) if hot else None
-        hot_tid = int(hot[0].split("/")[1]) if hot else None
+        hot_tid = hot[0][1] if hot else None
         last_times, last_sched, last_t = times, sched, now
-        yield [now - start, probe, other, pinned, hot_tid, share, busy, steal, *(delta or (None, None))]
+        yield [now - start, probe, other, pinned, hot_tid, share, busy, steal, *(totals or (None, None))]
         tick += interval_s
         time.sleep(max(0.0, tick - time.perf_counter()))
 

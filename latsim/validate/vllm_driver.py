@@ -199,15 +199,15 @@ class RunOptions:
     so the running batch shrinks through every size and prefills of many lengths run once
     before anything is measured (kernels compiled on first use stay out of the levels).
 
-    With ``host_probe`` every level runs beside a :class:`~latsim.validate.hostprobe.HostProbe`
-    (the host's CPU speed, steal and the engine processes' CPU waits, into ``meta.json``); its
-    baseline is timed once when the session starts, before the warm-up.
-
     ``warmup_sweep_requests`` more follow one at a time (:func:`sweep_lengths`): single prompts
     whose lengths cover ``[16, min(token budget, max_model_len - 2)]``, so every step size
     class runs once alone.  Kernels that vLLM does not capture in CUDA graphs (Triton's MoE
     kernel above 512 tokens) compile one variant per tuned block-size bucket and per
     alignment of the token count; a burst leaves many of them for the first measured level.
+
+    With ``host_probe`` every level runs beside a :class:`~latsim.validate.hostprobe.HostProbe`
+    (the host's CPU speed, steal and the engine processes' CPU waits, into ``meta.json``); its
+    baseline is timed once when the session starts, before the warm-up.
     """
 
     seed: int = 0

@@ -61,11 +61,14 @@ def test_probe_stops_promptly() -> None:
 
 
 def test_threads_that_exit_between_readings_are_left_out() -> None:
-    from latsim.validate.hostprobe import sched_delta
-    before = {"1/1": (1.0, 0.1), "1/2": (5.0, 0.5)}
-    after = {"1/1": (1.2, 0.15), "1/3": (0.1, 0.0)}
-    assert sched_delta(before, after) == pytest.approx((0.2, 0.05))
-    assert sched_delta({}, after) is None
+    from latsim.validate.hostprobe import busiest, sched_totals, thread_deltas
+    before = {(1, 1): (1.0, 0.1), (1, 2): (5.0, 0.5), (1, 4): (2.0, 0.0)}
+    after = {(1, 1): (1.2, 0.15), (1, 3): (0.1, 0.0), (1, 4): (2.1, 0.0)}
+    assert sched_totals(thread_deltas(before, after)) == pytest.approx((0.3, 0.05))
+    assert sched_totals(thread_deltas({}, after)) is None
+    thread, run_s = busiest(thread_deltas(before, after))
+    assert thread == (1, 1) and run_s == pytest.approx(0.2)
+    assert busiest({}) is None
 
 
 def test_machine_fractions_from_two_readings() -> None:
