@@ -19,21 +19,23 @@ import argparse
 import re
 
 import pandas as pd
+from validation_table import model_of, relative, tp_suffix
 
 METRICS = [("ttft_ms", "p50"), ("tpot_ms", "p50"), ("e2e_ms", "p50"), ("tpot_ms", "p99")]
 
 
 def per_start(errors: pd.DataFrame) -> pd.DataFrame:
-    """One row per (config, level, start): offered rate and the errors of :data:`METRICS`."""
-    t = errors.assign(path=errors["run"].str.replace(r"^.*?validation/", "", regex=True))
-    parts = t["path"].str.split("/", expand=True)
-    tp = parts[0].str.endswith("tp2").map({True: " (TP=2)", False: ""})
-    t = t.assign(start=parts[0], config=parts[1] + tp, level=parts[2])
+    """One row per (model, config, level, start): offered rate and the errors of :data:`METRICS`;
+    a tensor-parallel root's model and config carry :func:`tp_suffix`."""
+    parts = relative(errors["run"]).str.split("/", expand=True)
+    tp = parts[0].map(tp_suffix)
+    t = errors.assign(start=parts[0], model=parts[1].map(model_of) + tp, config=parts[1] + tp, level=parts[2])
     t = t[t["level"].str.match(r"^f\d")]
-    w = t.pivot_table(index=["config", "level", "start"], columns=["metric", "stat"], values="error")
+    keys = ["model", "config", "level", "start"]
+    w = t.pivot_table(index=keys, columns=["metric", "stat"], values="error")
     w = w[[m for m in METRICS if m in w.columns]]
     w.columns = [f"{m.split('_')[0]} {s}" for m, s in w.columns]
-    qps = t.groupby(["config", "level", "start"])["offered_qps"].first()
+    qps = t.groupby(keys)["offered_qps"].first()
     return w.assign(qps=qps).reset_index()
 
 
@@ -41,24 +43,19 @@ def spread_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (config, level) with two or more starts: starts, capacity range, and per metric the
     error range ``min..max`` and its spread in points."""
     out = []
-    metric_cols = [c for c in rows.columns if c not in ("config", "level", "start", "qps")]
-    for (config, level), g in rows.groupby(["config", "level"]):
+    metric_cols = [c for c in rows.columns if c not in ("model", "config", "level", "start", "qps")]
+    for (model, config, level), g in rows.groupby(["model", "config", "level"]):
         if len(g) < 2:
             continue
         frac = float(re.sub(r"^f", "", level))
         cap = g["qps"] / frac
-        rec = {"config": config, "level": level, "starts": len(g),
+        rec = {"model": model, "config": config, "level": level, "starts": len(g),
                "capacity": f"{cap.min():.0f}-{cap.max():.0f}"}
         for c in metric_cols:
             e = g[c].dropna()
             rec[c] = (e.min(), e.max(), e.abs().median())
         out.append(rec)
     return pd.DataFrame(out)
-
-
-def model_of(config: str) -> str:
-    """``llama-3.2-1b`` of ``llama-3.2-1b-mix``; a TP>1 suffix is kept."""
-    return re.sub(r"-(fixed-in\d+-out\d+|mix)( \(TP=\d\))?$", r"\2", config)
 
 
 def main() -> None:
@@ -69,7 +66,7 @@ def main() -> None:
     if table.empty:
         print("no configuration was measured on two engine starts")
         return
-    metrics = [c for c in table.columns if c not in ("config", "level", "starts", "capacity")]
+    metrics = [c for c in table.columns if c not in ("model", "config", "level", "starts", "capacity")]
     print("| config | level | starts | capacity req/s | " + " | ".join(
         f"{m.upper()} error range (spread)" for m in metrics) + " |")
     print("|" + " --- |" * (4 + len(metrics)))
@@ -79,7 +76,7 @@ def main() -> None:
         print(f"| {r['config']} | {r['level']} | {r['starts']} | {r['capacity']} | {cells} |")
     print("\n| model | levels | " + " | ".join(f"{m.upper()} spread / median \\|error\\|" for m in metrics)
           + " |\n|" + " --- |" * (2 + len(metrics)))
-    for model, g in table.groupby(table["config"].map(model_of)):
+    for model, g in table.groupby("model"):
         cells = " | ".join(
             f"{pd.Series([(r[1] - r[0]) for r in g[m]]).median() * 100:.0f} / "
             f"{pd.Series([r[2] for r in g[m]]).median() * 100:.0f}%" for m in metrics)

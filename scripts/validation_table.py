@@ -19,9 +19,24 @@ COLS = [("ttft_ms", "p50"), ("ttft_ms", "p99"), ("tpot_ms", "p50"), ("tpot_ms", 
         ("e2e_ms", "p50"), ("e2e_ms", "p99")]
 
 
+def relative(runs: pd.Series) -> pd.Series:
+    """Run paths from ``validation/`` on: ``<root>/<model>-<shape>/<level>``."""
+    return runs.str.replace(r"^.*?validation/", "", regex=True)
+
+
+def model_of(config: str) -> str:
+    """The model of a ``<model>-<shape>`` folder: ``llama-3.2-1b`` of ``llama-3.2-1b-mix``."""
+    return re.sub(r"-(fixed-in\d+-out\d+|mix)$", "", config)
+
+
+def tp_suffix(root: str) -> str:
+    """`` (TP=2)`` for a root of tensor-parallel runs (its name ends in ``tp2``), else ``""``."""
+    return " (TP=2)" if root.endswith("tp2") else ""
+
+
 def wide(errors: pd.DataFrame) -> pd.DataFrame:
     """One row per run, one column per (metric, stat), plus ``qps``."""
-    t = errors.assign(run=errors["run"].str.replace(r"^.*?validation/", "", regex=True))
+    t = errors.assign(run=relative(errors["run"]))
     w = t.pivot_table(index="run", columns=["metric", "stat"], values="error")[COLS]
     w.columns = [f"{m.split('_')[0]}_{s}" for m, s in COLS]
     qps = t.groupby("run")["offered_qps"].first()
@@ -32,9 +47,8 @@ def wide(errors: pd.DataFrame) -> pd.DataFrame:
 def group_of(run: str, fit: str) -> str:
     if re.search(fit, run):
         return "fit"
-    root, name = run.split("/")[0], run.split("/")[1]
-    model = re.sub(r"-(fixed-in\d+-out\d+|mix)$", "", name)
-    return f"held out: {model}" + (" (TP=2)" if root.endswith("tp2") else "")
+    root, name = run.split("/")[:2]
+    return f"held out: {model_of(name)}{tp_suffix(root)}"
 
 
 def main() -> None:

@@ -30,8 +30,10 @@ def test_spread_across_starts() -> None:
     rep = load_script(Path("repeatability.py"))
     table = rep.spread_table(rep.per_start(errors_frame()))
     assert list(table["config"]) == ["m-1b-mix"] and table["starts"].iloc[0] == 3
+    assert list(table["model"]) == ["m-1b"]
     assert table["capacity"].iloc[0] == "40-50"  # offered rate / fraction
     lo, hi, med = table["tpot p50"].iloc[0]
     assert (lo, hi) == pytest.approx((-0.50, 0.20)) and med == pytest.approx(0.20)
     assert rep.model_of("llama-3.2-1b-fixed-in512-out128") == "llama-3.2-1b"
-    assert rep.model_of("llama-3.1-8b-mix (TP=2)") == "llama-3.1-8b (TP=2)"
+    rows = rep.per_start(errors_frame())
+    assert set(rows.loc[rows["start"] == "x-tp2", "model"]) == {"m-1b (TP=2)"}
