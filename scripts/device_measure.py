@@ -255,6 +255,18 @@ async def run_fraction(args: argparse.Namespace, session: EngineSession, root: P
 # ------------------------------------------------------------------------------------ main
 
 
+def _cpu_list(text: str) -> list[int]:
+    """``0,2,4`` or ``0-7`` (or both, comma separated) -> CPU numbers."""
+    cpus: list[int] = []
+    try:
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            cpus.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected CPU numbers like 0,2,4 or 0-7") from None
+    return cpus
+
+
 def _ints(text: str) -> list[int]:
     values = [int(x) for x in text.split(",") if x]
     if any(v < 1 for v in values):
@@ -286,6 +298,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "warm-up burst, lengths 16..token budget (compiles every MoE kernel variant)")
     p.add_argument("--host-probe", action=argparse.BooleanOptionalAction, default=True,
                    help="record the host's CPU speed, steal and the engine's CPU waits per level")
+    p.add_argument("--cpus", type=_cpu_list, default=[], help="CPUs the driver and the engine processes "
+                   "it starts may run on (comma list; default: all); recorded in each run's meta")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--gpu-memory-utilization", type=float)
@@ -328,6 +342,9 @@ def pack(root: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> None:
     t_start = time.monotonic()
     args = parse_args(argv)
+    if args.cpus:
+        os.sched_setaffinity(0, args.cpus)  # children (the engine core) inherit it
+    cpus = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
         path, name = model_dir(args, Path(tmp))
         config = json.loads((Path(path) / "config.json").read_text())
@@ -335,7 +352,8 @@ def main(argv: list[str] | None = None) -> None:
         for shape in args.shapes:
             shape_tag = shape.replace(":", "-").replace(",", "-").replace("=", "")
             meta = {"model": {"name": name, "config": config},
-                    "workload": {"shape": parse_shape(shape), "seed": args.seed}}
+                    "workload": {"shape": parse_shape(shape), "seed": args.seed},
+                    "host": {"cpus": cpus, "pinned": bool(args.cpus)}}
             runs.append((shape, Path(args.out) / f"{name}-{shape_tag}", meta))
         results = asyncio.run(measure(args, settings_from(args, path), runs, t_start))
     for (shape, root, _), rows in zip(runs, results, strict=True):

@@ -297,6 +297,14 @@ def test_device_script_concurrency_sweep(tmp_path: Path) -> None:
         dm.parse_args(["--model", "x", "--concurrency-sweep", "4,0"])
 
 
+def test_device_script_cpu_list() -> None:
+    dm = device_script()
+    assert dm.parse_args(["--model", "x", "--cpus", "0,2-4"]).cpus == [0, 2, 3, 4]
+    assert dm.parse_args(["--model", "x"]).cpus == []
+    with pytest.raises(SystemExit):
+        dm.parse_args(["--model", "x", "--cpus", "0,a"])
+
+
 def test_device_script_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                             capsys: pytest.CaptureFixture[str]) -> None:
     dm = device_script()
@@ -308,6 +316,8 @@ def test_device_script_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         engines.append(FakeEngine())
         return engines[-1]
 
+    pinned: list[list[int]] = []
+    monkeypatch.setattr(dm.os, "sched_setaffinity", lambda pid, cpus: pinned.append(list(cpus)))
     monkeypatch.setattr(dm, "build_engine", fake_build)
     monkeypatch.setattr(dm, "RunOptions", lambda seed, **kw: RunOptions(seed=seed, params=lambda n: n, **kw))
     cfg = tmp_path / "cfg"
@@ -315,13 +325,14 @@ def test_device_script_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     (cfg / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     dm.main(["--config-dir", str(cfg), "--model", "tiny", "--shape", "fixed:in=16,out=4", "--burst", "10",
              "--level-seconds", "0.3", "--fractions", "0.1", "--warmup", "4", "--warmup-sweep", "0",
-             "--out", str(tmp_path / "out"), "--tar",
+             "--out", str(tmp_path / "out"), "--tar", "--cpus", "0-2,5",
              "--max-num-seqs", "64", "--engine-arg", "enforce_eager=true", "--engine-arg", "kv_cache_dtype=fp8"])
     assert engines[0].calls[-1][0] == "shutdown"
     warmup = [(len(ids), n) for rid, ids, n in engines[0].calls if rid.startswith("warmup-")]
     assert sorted(i for i, _ in warmup) == [16, 693, 1371, 2048]  # spread over 16..2048
     assert sorted(n for _, n in warmup) == [1, 43, 86, 128]  # and 1..128 tokens
     assert settings[0].max_num_seqs == 64
+    assert pinned == [[0, 1, 2, 5]]
     assert settings[0].extra == {"enforce_eager": True, "kv_cache_dtype": "fp8"}
     root = tmp_path / "out" / "tiny-fixed-in16-out4"
     assert sorted(p.name for p in root.iterdir()) == ["burst.tar.gz", "f0.10.tar.gz", "summary.json"]
