@@ -10,6 +10,13 @@ script prints the median over requests of that median; then the least-squares li
 ``step_s + seq_s x c`` over the levels with ``c >= --min-concurrency``.  On a model small
 enough that the GPU finishes first (Llama-3.2-1B on an H200), the line is the host time of a
 step: scheduling, preparing inputs and processing outputs.
+
+``--against OTHER`` compares this sweep with another of the same engine and model (the one
+the shipped host terms come from, say): per level with ``c >= --host-bound-from`` (where the
+host, not the GPU, sets the step), the step ratio here / there, this level's host-probe median
+(``host_probe.summary.probe_p50_s`` in its meta.json), and ``probe / ratio``: the probe time at
+which this host would have run at the other sweep's speed, if the step scales with the probe.
+Their median is the other sweep's host speed in probe terms.
 """
 
 from __future__ import annotations
@@ -41,12 +48,45 @@ def sweep(root: Path) -> tuple[np.ndarray, np.ndarray]:
             np.array([decode_step_s(p) for p in levels]))
 
 
+def probe_s(level: Path) -> float | None:
+    """The level's host-probe median (seconds), or None when it ran without the probe."""
+    meta = load_run(level).meta
+    value = ((meta.get("host_probe") or {}).get("summary") or {}).get("probe_p50_s")
+    return float(value) if value is not None else None
+
+
+def reference_probe(here: Path, there: Path, host_bound_from: int) -> list[tuple[int, float, float, float]]:
+    """``(c, step ratio here/there, probe here, probe / ratio)`` per host-bound level in both
+    sweeps that ran with the probe here."""
+    c_here, s_here = sweep(here)
+    other = dict(zip(*sweep(there), strict=True))
+    rows = []
+    for c, s in zip(c_here, s_here, strict=True):
+        level = here / f"c{int(c):04d}"
+        probe = probe_s(level)
+        if c >= host_bound_from and c in other and probe is not None:
+            ratio = s / other[c]
+            rows.append((int(c), ratio, probe, probe / ratio))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweep", type=Path, help="a folder of c* levels")
     ap.add_argument("--min-concurrency", type=int, default=2,
                     help="levels below this are printed but left out of the line")
+    ap.add_argument("--against", type=Path, help="another sweep of the same engine: speed ratio per level")
+    ap.add_argument("--host-bound-from", type=int, default=128,
+                    help="with --against: only levels with at least this many in flight")
     args = ap.parse_args()
+    if args.against:
+        rows = reference_probe(args.sweep, args.against, args.host_bound_from)
+        if not rows:
+            raise SystemExit("no host-bound level in both sweeps with a host probe here")
+        for c, ratio, probe, ref in rows:
+            print(f"c={c:5d}  step ratio {ratio:5.2f}  probe {probe * 1e3:5.2f} ms  probe/ratio {ref * 1e3:5.2f} ms")
+        print(f"median probe/ratio over {len(rows)} levels: {np.median([r[3] for r in rows]) * 1e3:.2f} ms")
+        return
     conc, step = sweep(args.sweep)
     for c, s in zip(conc, step, strict=True):
         print(f"c={c:5.0f}  decode step {s * 1e3:6.2f} ms")
