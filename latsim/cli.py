@@ -56,6 +56,8 @@ def predict(
     no_chunked_prefill: Annotated[bool, Opt("--no-chunked-prefill")] = False,
     no_prefix_caching: Annotated[bool, Opt("--no-prefix-caching")] = False,
     no_async_scheduling: Annotated[bool, Opt("--no-async-scheduling", help="vLLM's synchronous loop")] = False,
+    host_speed: Annotated[float | None, Opt(help="Serving host's CPU speed vs the one latsim's engine CPU "
+                                            "terms describe (0.5: half as fast; see `latsim host-speed`)")] = None,
     slo_ttft_ms: Annotated[float | None, Opt(help="TTFT SLO for goodput")] = None,
     slo_tpot_ms: Annotated[float | None, Opt(help="TPOT SLO for goodput")] = None,
     config: Annotated[Path | None, Opt(help="Deployment YAML file with the same settings")] = None,
@@ -76,7 +78,7 @@ def predict(
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
         enable_chunked_prefill=False if no_chunked_prefill else None,
         enable_prefix_caching=False if no_prefix_caching else None, num_gpu_blocks=num_gpu_blocks,
-        async_scheduling=False if no_async_scheduling else None,
+        async_scheduling=False if no_async_scheduling else None, host_speed=host_speed,
         qps=qps, trace=str(trace) if trace else None, arrival=arrival, input_len=input_len,
         input_dist=input_dist, output_len=output_len, output_dist=output_dist, num_requests=num_requests,
         seed=seed,
@@ -96,6 +98,13 @@ def predict(
              f"{deployment.device.name} ({deployment.engine.engine})")
     out.print(latency_table(result.summary))
     out.print(system_table(result.summary, title))
+
+
+def _number(flag: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"{flag} must be a number or 'probe', got {text!r}") from None
 
 
 def _check_outcome(summary: dict, num_requests: int) -> None:
@@ -125,6 +134,8 @@ def validate(
     out_dir: Annotated[Path | None, Opt("--out", help="Write errors.csv and validation.png here")] = None,
     as_json: Annotated[bool, Opt("--json")] = False,
     seed: Annotated[int, Opt()] = 0,
+    host_speed: Annotated[str, Opt(help="Host CPU speed to replay with: a number, or 'probe' (each level's "
+                                   "host-probe median against the reference; a diagnostic)")] = "1",
 ) -> None:
     """Replay measured runs in the simulator and print signed errors (predicted vs measured)."""
     from latsim.report.tables import validation_table
@@ -132,7 +143,8 @@ def validate(
 
     if not run.exists():
         raise UserError(f"{run} does not exist")
-    levels = [compare_run(r, device, seed=seed) for r in find_runs(run)]
+    speed = host_speed if host_speed == "probe" else _number("--host-speed", host_speed)
+    levels = [compare_run(r, device, seed=seed, host_speed=speed) for r in find_runs(run)]
     table = error_table(levels)
     if out_dir:
         from latsim.atomic import atomic_write_text
@@ -186,6 +198,27 @@ def measure(
         num_requests=num_requests, seed=seed, timeout_s=timeout_s,
     )
     out.print(summary)
+
+
+@app.command("host-speed")
+def host_speed(
+    seconds: Annotated[float, Opt(help="How long to time the workload")] = 3.0,
+    as_json: Annotated[bool, Opt("--json")] = False,
+) -> None:
+    """Time a fixed CPU workload here: this host's --host-speed for predict (run it on the serving host)."""
+    from latsim.validate.hostprobe import host_speed as measure_speed
+
+    r = measure_speed(seconds)
+    if as_json:
+        print(json.dumps(r))
+        return
+    out.print(f"workload: median {r['p50_s'] * 1e3:.2f} ms (p10 {r['p10_s'] * 1e3:.2f}, p90 {r['p90_s'] * 1e3:.2f}) "
+              f"over {r['samples']} runs; the host latsim's engine CPU terms describe: {r['reference_s'] * 1e3:.2f} ms")
+    out.print(f"host speed {r['host_speed']:.2f} (p90..p10 times: {r['speed_low']:.2f}..{r['speed_high']:.2f}): "
+              f"latsim predict --host-speed {r['host_speed']:.2f} ... for an engine on this host")
+    if r["speed_high"] > 1.3 * r["speed_low"]:
+        err.print("warning: this CPU's speed changed while it was timed (p90/p10 > 1.3); host-bound "
+                  "engines on it will vary as much")
 
 
 @app.command()

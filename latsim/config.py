@@ -43,6 +43,7 @@ class Settings:
     enable_prefix_caching: bool | None = None
     async_scheduling: bool | None = None
     num_gpu_blocks: int | None = None
+    host_speed: float | None = None
     qps: float | None = None
     trace: str | None = None
     arrival: str | None = None
@@ -57,7 +58,7 @@ class Settings:
 
 ENGINE_KEYS = ("engine", "max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",
                "max_model_len", "enable_chunked_prefill", "enable_prefix_caching", "async_scheduling",
-               "num_gpu_blocks")
+               "num_gpu_blocks", "host_speed")
 WORKLOAD_KEYS = ("qps", "trace", "arrival", "input_len", "input_dist", "output_len", "output_dist",
                  "num_requests", "seed")
 """Settings grouped under ``engine:`` and ``workload:`` in a file; the others sit at the top."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from latsim.catalog.devices import DeviceSpec
 from latsim.catalog.models import KV_DTYPES, WEIGHT_DTYPES, ModelSpec
+from latsim.costmodel.host import check_host_speed
 
 ENGINES = ("vllm", "static", "vllm-exact")
 ROUTERS = ("round-robin", "least-outstanding")
@@ -37,6 +38,9 @@ class EngineConfig:
     async_scheduling: bool = True
     num_gpu_blocks: int | None = None
     static_batch_size: int | None = None
+    host_speed: float = 1.0
+    """The serving host's CPU speed relative to the one latsim's engine CPU terms describe
+    (0.5: half as fast; ``latsim host-speed`` estimates it on the machine it runs on)."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -50,6 +54,7 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        check_host_speed(self.host_speed)
         if self.block_size not in (1, 2, 4, 8, 16, 32, 64, 128, 256):
             raise ValueError(f"block_size must be a power of two in 1..256, got {self.block_size}")
 

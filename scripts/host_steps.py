@@ -16,7 +16,7 @@ the shipped host terms come from, say): per level with ``c >= --host-bound-from`
 host, not the GPU, sets the step), the step ratio here / there, this level's host-probe median
 (``host_probe.summary.probe_p50_s`` in its meta.json), and ``probe / ratio``: the probe time at
 which this host would have run at the other sweep's speed, if the step scales with the probe.
-Their median is the other sweep's host speed in probe terms.
+Their median (pooled over every sweep given) is the other sweep's host speed in probe terms.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def reference_probe(here: Path, there: Path, host_bound_from: int) -> list[tuple
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("sweep", type=Path, help="a folder of c* levels")
+    ap.add_argument("sweep", type=Path, nargs="+", help="a folder of c* levels (several: with --against)")
     ap.add_argument("--min-concurrency", type=int, default=2,
                     help="levels below this are printed but left out of the line")
     ap.add_argument("--against", type=Path, help="another sweep of the same engine: speed ratio per level")
@@ -80,14 +80,16 @@ def main() -> None:
                     help="with --against: only levels with at least this many in flight")
     args = ap.parse_args()
     if args.against:
-        rows = reference_probe(args.sweep, args.against, args.host_bound_from)
+        rows = [row for here in args.sweep for row in reference_probe(here, args.against, args.host_bound_from)]
         if not rows:
             raise SystemExit("no host-bound level in both sweeps with a host probe here")
         for c, ratio, probe, ref in rows:
             print(f"c={c:5d}  step ratio {ratio:5.2f}  probe {probe * 1e3:5.2f} ms  probe/ratio {ref * 1e3:5.2f} ms")
         print(f"median probe/ratio over {len(rows)} levels: {np.median([r[3] for r in rows]) * 1e3:.2f} ms")
         return
-    conc, step = sweep(args.sweep)
+    if len(args.sweep) > 1:
+        raise SystemExit("give one sweep (several only with --against)")
+    conc, step = sweep(args.sweep[0])
     for c, s in zip(conc, step, strict=True):
         print(f"c={c:5.0f}  decode step {s * 1e3:6.2f} ms")
     used = conc >= args.min_concurrency

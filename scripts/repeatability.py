@@ -6,22 +6,42 @@
 Runs are ``<root>/<model>-<shape>/<level>`` below ``validation/``; each root is one engine start
 per model (roots ending in ``tp2`` are another deployment: TP=2).  For every (model-shape,
 level) measured on two or more starts it prints the capacity range of those starts' bursts (the
-level's offered rate over its fraction) and per metric the range of the prediction's signed
-error over the starts: its spread (max - min, in points) is the part of the error that moves
-with the engine start, not with the load the model sees (each replay uses its own start's
-arrivals and lengths).  The last table gives, per model, the median over levels of that spread
-and of the median |error|.
+level's target rate in the run folder's ``summary.json`` over its fraction; where that file is
+missing, the rate its arrivals realised, which carries their Poisson noise) and per metric the
+range of the prediction's signed error over the starts: its spread (max - min, in points) is
+the part of the error that moves with the engine start, not with the load the model sees (each
+replay uses its own start's arrivals and lengths).  The last table gives, per model, the median
+over levels of that spread and of the median |error|.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
+from functools import cache
+from pathlib import Path
 
 import pandas as pd
 from validation_table import model_of, relative, tp_suffix
 
 METRICS = [("ttft_ms", "p50"), ("tpot_ms", "p50"), ("e2e_ms", "p50"), ("tpot_ms", "p99")]
+
+
+@cache
+def _summary(path: str) -> dict[str, float]:
+    """Level -> target rate (req/s) from a device run's ``summary.json`` ({} when absent)."""
+    try:
+        rows = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {r["level"]: float(r["qps"]) for r in rows if isinstance(r, dict) and r.get("qps")}
+
+
+def target_qps(run: str, offered: float) -> float:
+    """The rate a level was asked for (``summary.json`` beside it), else the ``offered`` one."""
+    level = Path(run)
+    return _summary(str(level.parent / "summary.json")).get(level.name, offered)
 
 
 def per_start(errors: pd.DataFrame) -> pd.DataFrame:
@@ -35,7 +55,8 @@ def per_start(errors: pd.DataFrame) -> pd.DataFrame:
     w = t.pivot_table(index=keys, columns=["metric", "stat"], values="error")
     w = w[[m for m in METRICS if m in w.columns]]
     w.columns = [f"{m.split('_')[0]} {s}" for m, s in w.columns]
-    qps = t.groupby(keys)["offered_qps"].first()
+    t = t.assign(target=[target_qps(r, q) for r, q in zip(t["run"], t["offered_qps"], strict=True)])
+    qps = t.groupby(keys)["target"].first()
     return w.assign(qps=qps).reset_index()
 
 

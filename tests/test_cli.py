@@ -63,6 +63,8 @@ def test_config_file_is_used_and_flags_win(tmp_path, monkeypatch, capsys):
         (["--input-len", "9000", "--output-len", "10", "--max-model-len", "8192"], "max_model_len"),
         (["--input-dist", "lognormal:median=-3"], "median"),
         (["--arrival", "weibull"], "weibull"),
+        (["--host-speed", "0"], "host_speed"),
+        (["--host-speed", "50"], "[0.1, 10]"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, needle, monkeypatch, capsys):
@@ -108,3 +110,40 @@ def test_async_scheduling_is_a_setting_that_changes_the_timing(monkeypatch, caps
     code, off, _ = run(["predict", *SMALL, "--json", "--no-async-scheduling"], monkeypatch, capsys)
     assert code == 0
     assert json.loads(on)["ttft_ms"] != json.loads(off)["ttft_ms"]
+
+
+def test_host_speed_slows_a_host_bound_engine_not_a_gpu_bound_one(monkeypatch, capsys):
+    """Llama-3.2-1B on an H200 is host-bound (its TPOT follows the CPU); Qwen2.5-32B is not."""
+    def tpot(model: str, speed: str) -> float:
+        argv = ["predict", "--model", model, "--device", "h200", "--qps", "4", "--num-requests", "60",
+                "--input-len", "512", "--output-len", "64", "--host-speed", speed, "--json"]
+        code, out, _ = run(argv, monkeypatch, capsys)
+        assert code == 0
+        return json.loads(out)["tpot_ms"]["p50"]
+
+    assert tpot("llama-3.2-1b", "0.5") > 1.6 * tpot("llama-3.2-1b", "1")
+    assert tpot("qwen2.5-32b", "0.5") == pytest.approx(tpot("qwen2.5-32b", "1"), rel=0.03)
+
+
+def test_host_speed_in_a_deployment_file(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text("model: llama-3.2-1b\ndevice: h200\nengine: {host_speed: 0.5}\n"
+                   "workload: {qps: 4, num_requests: 40, output_len: 32}\n")
+    code, slow, _ = run(["predict", "--config", str(cfg), "--json"], monkeypatch, capsys)
+    _, fast, _ = run(["predict", "--config", str(cfg), "--host-speed", "1", "--json"], monkeypatch, capsys)
+    assert code == 0 and json.loads(slow)["tpot_ms"]["p50"] > json.loads(fast)["tpot_ms"]["p50"]
+    cfg.write_text("engine: {host_speed: fast}\n")
+    code, _, err = run(["predict", "--config", str(cfg)], monkeypatch, capsys)
+    assert code == 2 and "engine.host_speed" in err
+
+
+def test_host_speed_command(monkeypatch, capsys):
+    monkeypatch.setattr("latsim.validate.hostprobe.time_workload", lambda n: 2.48e-3)
+    code, out, _ = run(["host-speed", "--seconds", "0.05", "--json"], monkeypatch, capsys)
+    result = json.loads(out)
+    assert code == 0 and result["p50_s"] == 2.48e-3
+    assert result["host_speed"] == pytest.approx(result["reference_s"] / 2.48e-3)
+    code, out, _ = run(["host-speed", "--seconds", "0.05"], monkeypatch, capsys)
+    assert code == 0 and f"--host-speed {result['host_speed']:.2f}" in out
+    code, _, err = run(["host-speed", "--seconds", "0"], monkeypatch, capsys)
+    assert code == 2 and "seconds" in err

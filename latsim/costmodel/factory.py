@@ -70,7 +70,7 @@ def calibration_status(device_name: str) -> str:
 def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",
                      kv_dtype: str = "bf16", kind: str = "auto", asynchronous: bool = True,
                      host: HostOverhead | None = None, graph_tokens: int | None = None,
-                     gpu: CostModel | None = None) -> CostModel:
+                     gpu: CostModel | None = None, host_speed: float = 1.0) -> CostModel:
     """The cost model of ``kind`` for this deployment (``auto``: calibrated if available, else roofline).
 
     The GPU-side model is wrapped with the engine's host time (``host``, default: the values
@@ -80,9 +80,12 @@ def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_d
     engine's CUDA-graph limit (:func:`~latsim.costmodel.host.cudagraph_limit`); steps above it
     pay the eager-launch term, ``None`` prices every step as a graph replay.  ``gpu`` reuses a
     GPU-only model already built for this deployment (fitting replays one many times).
+    ``host_speed`` is the serving host's CPU speed relative to the one the host terms describe
+    (:meth:`~latsim.costmodel.host.HostOverhead.at_speed`).
     """
     gpu = gpu or gpu_cost_model(model, device, tp, weight_dtype, kv_dtype, kind)
-    return HostOverlapCostModel(gpu, host or default_host_overhead(gpu.kind), asynchronous,
+    host = (host or default_host_overhead(gpu.kind)).at_speed(host_speed)
+    return HostOverlapCostModel(gpu, host, asynchronous,
                                 layers=model.num_layers, moe_layers=model.num_moe_layers, graph_tokens=graph_tokens)
 
 

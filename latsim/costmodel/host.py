@@ -26,7 +26,7 @@ runs they were fitted on.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
 
@@ -64,6 +64,30 @@ class HostOverhead:
                 raise ValueError(f"host overhead {name} must be a finite number >= 0, got {value!r}")
 
 
+    def at_speed(self, speed: float) -> HostOverhead:
+        """These terms on a host whose CPU runs ``speed`` times as fast as the one they were
+        measured on: the CPU seconds (:data:`SPEED_FIELDS`) divided by ``speed``; the GPU-side
+        terms (``gpu_scale``, the eager and tail terms) and the launch spread unchanged."""
+        check_host_speed(speed)
+        if speed == 1.0:
+            return self
+        scaled = {name: getattr(self, name) / speed for name in SPEED_FIELDS}
+        return replace(self, source=f"{self.source} at host speed {speed:g}", **scaled)
+
+
+SPEED_FIELDS = ("step_s", "seq_s", "frontend_s", "launch_layer_s", "launch_moe_layer_s")
+"""The terms that are the engine's CPU time, and so scale with the host's CPU speed."""
+HOST_SPEED_RANGE = (0.1, 10.0)
+
+
+def check_host_speed(speed: object) -> None:
+    """ValueError unless ``speed`` is a number in :data:`HOST_SPEED_RANGE`."""
+    lo, hi = HOST_SPEED_RANGE
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not lo <= speed <= hi:
+        raise ValueError(f"host_speed must be a number in [{lo:g}, {hi:g}] (1: the host latsim's CPU terms "
+                         f"were measured on, 0.5: a CPU half as fast), got {speed!r}")
+
+
 TERMS = tuple(f.name for f in fields(HostOverhead) if f.name != "source")
 """Every numeric term of :class:`HostOverhead`, in declaration order."""
 
@@ -88,6 +112,18 @@ def default_host_overhead(kind: str, engine: str = "vllm-0.25.1") -> HostOverhea
         entry = {**entry, **{name: cpu[name] for name in CPU_FIELDS if name in cpu}}
     return HostOverhead(source=f"costmodel/data/engine_host.yaml:{engine}/{key}",
                         **{name: float(entry[name]) for name in TERMS if name in entry})
+
+
+@lru_cache(maxsize=4)
+def reference_probe_s(engine: str = "vllm-0.25.1") -> float:
+    """The host probe's workload time (:func:`latsim.validate.hostprobe.time_workload`, seconds)
+    on the host ``engine``'s CPU terms describe (``host_reference_probe_s`` in engine_host.yaml):
+    a host where it takes twice as long has ``host_speed`` 0.5."""
+    data = yaml.safe_load(resources.files("latsim.costmodel").joinpath("data/engine_host.yaml").read_text())
+    try:
+        return float(data["engines"][engine]["host_reference_probe_s"])
+    except (KeyError, TypeError):
+        raise ValueError(f"engine_host.yaml has no host_reference_probe_s for {engine!r}") from None
 
 
 def _entry(data: object, engine: str, key: str) -> dict:

@@ -61,12 +61,13 @@ def graph_tokens(engine: EngineConfig) -> int:
 def default_cost_model(deployment: Deployment, engine: EngineConfig, *, host: HostOverhead | None = None,
                        gpu: CostModel | None = None) -> CostModel:
     """The deployment's cost model with the host terms of the resolved ``engine``: ``host``
-    (default: the fitted ones) around ``gpu`` (default: built for the deployment)."""
+    (default: the fitted ones) at the engine's ``host_speed``, around ``gpu`` (default: built
+    for the deployment)."""
     from latsim.costmodel.factory import build_cost_model
 
     return build_cost_model(deployment.model, deployment.device, deployment.tp, deployment.weight_dtype,
                             deployment.kv_dtype, asynchronous=engine.async_scheduling and engine.engine != "static",
-                            host=host, graph_tokens=graph_tokens(engine), gpu=gpu)
+                            host=host, graph_tokens=graph_tokens(engine), gpu=gpu, host_speed=engine.host_speed)
 
 
 def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost_model: CostModel | None = None,

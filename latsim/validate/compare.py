@@ -9,7 +9,7 @@ only thing left to disagree on is the model of time.  Errors are signed:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +47,20 @@ def host_probe_ms(meta: dict) -> float | None:
     time: a larger value means a slower CPU under the engine while this level ran."""
     value = ((meta.get("host_probe") or {}).get("summary") or {}).get("probe_p50_s")
     return float(value) * 1e3 if isinstance(value, (int, float)) else None
+
+
+def run_host_speed(meta: dict, host_speed: float | str) -> float:
+    """The ``host_speed`` to replay a run with: a number as given; ``"probe"``: the host the
+    engine CPU terms describe over this run's probe median (:func:`host_probe_ms`; the CPU's
+    speed while the level ran), 1.0 for a run measured without the probe."""
+    if host_speed != "probe":
+        if isinstance(host_speed, str):
+            raise ValueError(f"host speed must be a number or 'probe', got {host_speed!r}")
+        return float(host_speed)
+    from latsim.costmodel.host import reference_probe_s
+
+    probe = host_probe_ms(meta)
+    return 1.0 if probe is None else reference_probe_s() / (probe / 1e3)
 
 
 def client_bound(meta: dict) -> bool:
@@ -91,13 +105,18 @@ def deployment_for(meta: dict, device: str) -> Deployment:
     return Deployment(model=model, device=load_device(device), tp=ec.get("tp") or 1, engine=engine)
 
 
-def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=None) -> LevelComparison:
-    """Replay one measured run and summarise both sides with the same metric code."""
+def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=None,
+                host_speed: float | str = 1.0) -> LevelComparison:
+    """Replay one measured run and summarise both sides with the same metric code, on a host
+    of ``host_speed`` (:func:`run_host_speed`; ignored with an explicit ``cost_model``)."""
     from latsim.engine.simulate import simulate
     from latsim.metrics.summary import summarize
 
     m = load_run(run_dir)
     deployment = deployment_for(m.meta, device)
+    speed = run_host_speed(m.meta, host_speed)
+    if speed != 1.0:
+        deployment = replace(deployment, engine=replace(deployment.engine, host_speed=speed))
     result = simulate(deployment, m.to_trace(), seed=seed, cost_model=cost_model)
     measured_records = m.records_frame()
     itl_v, itl_w = m.itl_samples()

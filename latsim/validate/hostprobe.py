@@ -65,6 +65,26 @@ def baseline_s(n: int = DEFAULT_WORK, repeats: int = 50) -> float:
     return float(np.median([time_workload(n) for _ in range(repeats)]))
 
 
+def host_speed(seconds: float = 3.0, work: int = DEFAULT_WORK) -> dict[str, float]:
+    """This machine's CPU speed relative to the host latsim's engine CPU terms describe: the
+    workload timed back to back for ``seconds`` on this thread, and the reference time
+    (:func:`~latsim.costmodel.host.reference_probe_s`) over its median.  ``speed_low`` and
+    ``speed_high`` come from the 90th and 10th percentile times (a CPU whose clock changes
+    while it runs shows a wide range)."""
+    from latsim.costmodel.host import reference_probe_s
+
+    if not 0.0 < seconds <= 600.0:
+        raise ValueError(f"seconds must be in (0, 600], got {seconds!r}")
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(times) < 5:
+        times.append(time_workload(work))
+    p10, p50, p90 = (float(x) for x in np.percentile(times, [10, 50, 90]))
+    ref = reference_probe_s()
+    return {"samples": len(times), "p10_s": p10, "p50_s": p50, "p90_s": p90, "reference_s": ref,
+            "host_speed": ref / p50, "speed_low": ref / p90, "speed_high": ref / p10}
+
+
 # ------------------------------------------------------------------------------- /proc reads
 
 

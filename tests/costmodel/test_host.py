@@ -7,7 +7,15 @@ import pytest
 
 from latsim.catalog.lookup import load_device, load_model
 from latsim.costmodel.batch import BatchShape
-from latsim.costmodel.host import HostOverhead, HostOverlapCostModel, cudagraph_limit, default_host_overhead
+from latsim.costmodel.host import (
+    SPEED_FIELDS,
+    TERMS,
+    HostOverhead,
+    HostOverlapCostModel,
+    cudagraph_limit,
+    default_host_overhead,
+    reference_probe_s,
+)
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.engine.simulate import default_cost_model
 
@@ -86,3 +94,30 @@ def test_roofline_entry_takes_the_cpu_terms_of_the_calibrated_one() -> None:
     assert roof.source.endswith("vllm-0.25.1/roofline")
     with pytest.raises(ValueError, match="no entry"):
         default_host_overhead("warp-drive")
+
+
+def test_host_speed_scales_the_cpu_terms_only() -> None:
+    shipped = default_host_overhead("calibrated")
+    assert shipped.at_speed(1.0) is shipped
+    slow = shipped.at_speed(0.5)
+    for name in TERMS:
+        expected = getattr(shipped, name) * (2.0 if name in SPEED_FIELDS else 1.0)
+        assert getattr(slow, name) == pytest.approx(expected), name
+    assert "host speed 0.5" in slow.source
+    for bad in (0.0, -1.0, 11.0, float("nan"), True, "1"):
+        with pytest.raises(ValueError, match="host_speed"):
+            shipped.at_speed(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="host_speed must be a number in"):
+        EngineConfig(host_speed=0.05)
+
+
+def test_engine_host_speed_reaches_the_default_cost_model() -> None:
+    dep = Deployment(load_model("llama-3.2-1b"), load_device("h200"), engine=EngineConfig(host_speed=0.5))
+    cost = default_cost_model(dep, resolve_engine(dep))
+    assert cost.host.seq_s == pytest.approx(2 * default_host_overhead(cost.kind).seq_s)
+
+
+def test_reference_probe_is_shipped_with_the_terms() -> None:
+    assert 0.5e-3 < reference_probe_s() < 5e-3
+    with pytest.raises(ValueError, match="host_reference_probe_s"):
+        reference_probe_s("vllm-0.1")

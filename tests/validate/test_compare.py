@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from latsim.cli import main
+from latsim.costmodel.host import reference_probe_s
 from latsim.validate.compare import (
     CLIENT_LAG_LIMIT_S,
     METRICS,
@@ -19,6 +20,7 @@ from latsim.validate.compare import (
     error_table,
     headline,
     host_probe_ms,
+    run_host_speed,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "validation" / "h200"
@@ -56,6 +58,19 @@ def test_host_probe_time_is_carried_into_the_error_table() -> None:
     assert host_probe_ms({}) is None and host_probe_ms({"host_probe": {"summary": {"samples": 0}}}) is None
     table = error_table([compare_run(probed, "h200")])
     assert table["host_probe_ms"].eq(host_probe_ms(meta)).all()
+
+
+def test_replay_host_speed_from_the_probe() -> None:
+    meta = {"host_probe": {"summary": {"probe_p50_s": 2 * reference_probe_s()}}}
+    assert run_host_speed(meta, "probe") == pytest.approx(0.5)
+    assert run_host_speed({}, "probe") == 1.0  # measured without the probe
+    assert run_host_speed(meta, 0.8) == 0.8
+    with pytest.raises(ValueError, match="'fast'"):
+        run_host_speed(meta, "fast")
+    probed = DATA.parent / "h200-probed-c" / "llama-3.2-1b-fixed-in512-out128" / "f0.25"  # probe 1.61 ms
+    as_measured, slow = compare_run(probed, "h200"), compare_run(probed, "h200", host_speed="probe")
+    assert slow.predicted["tpot_ms"]["p50"] > 1.1 * as_measured.predicted["tpot_ms"]["p50"]
+    assert slow.measured == as_measured.measured
 
 
 def test_client_bound_runs_are_flagged_and_can_be_left_out() -> None:

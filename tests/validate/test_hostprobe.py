@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from latsim.validate.hostprobe import COLUMNS, SLOW_RATIO, HostProbe, baseline_s, parse_rows, summarize
+from latsim.validate.hostprobe import COLUMNS, SLOW_RATIO, HostProbe, baseline_s, host_speed, parse_rows, summarize
 
 LINUX = Path("/proc/stat").is_file()
 
@@ -76,3 +76,10 @@ def test_machine_fractions_from_two_readings() -> None:
     assert machine_fractions((1000, 400, 10), (2000, 900, 60)) == pytest.approx((0.5, 0.05))
     assert machine_fractions(None, (2000, 900, 60)) == (None, None)
     assert machine_fractions((1000, 400, 10), (1000, 400, 10)) == (None, None)
+
+
+def test_host_speed_times_this_machine_against_the_reference() -> None:
+    r = host_speed(0.05, work=2000)
+    assert r["samples"] >= 5 and r["p10_s"] <= r["p50_s"] <= r["p90_s"]
+    assert r["speed_low"] <= r["host_speed"] <= r["speed_high"]
+    assert r["host_speed"] == pytest.approx(r["reference_s"] / r["p50_s"])

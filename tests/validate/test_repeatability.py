@@ -37,3 +37,20 @@ def test_spread_across_starts() -> None:
     assert rep.model_of("llama-3.2-1b-fixed-in512-out128") == "llama-3.2-1b"
     rows = rep.per_start(errors_frame())
     assert set(rows.loc[rows["start"] == "x-tp2", "model"]) == {"m-1b (TP=2)"}
+
+
+def test_capacity_from_the_target_rate_in_summary_json(tmp_path: Path) -> None:
+    """Where the run folder's summary.json gives the rate a level was asked for, that sets the
+    capacity, not the rate its arrivals happened to realise."""
+    import json
+
+    rep = load_script(Path("repeatability.py"))
+    errors = errors_frame()
+    errors["run"] = str(tmp_path) + "/" + errors["run"]
+    folder = tmp_path / "data/validation/b/m-1b-mix"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps([{"level": "burst", "qps": None},
+                                                     {"level": "f0.25", "qps": 15.0}]))
+    table = rep.spread_table(rep.per_start(errors))
+    assert table["capacity"].iloc[0] == "45-60"  # b: 15 / 0.25 = 60 (its arrivals gave 40)
+    assert rep.target_qps(str(tmp_path / "nowhere/f0.25"), 3.0) == 3.0
