@@ -63,7 +63,6 @@ class HostOverhead:
             if name != "gpu_scale" and not (isinstance(value, (int, float)) and value >= 0.0 and np.isfinite(value)):
                 raise ValueError(f"host overhead {name} must be a finite number >= 0, got {value!r}")
 
-
     def at_speed(self, speed: float) -> HostOverhead:
         """These terms on a host whose CPU runs ``speed`` times as fast as the one they were
         measured on: the CPU seconds (:data:`SPEED_FIELDS`) divided by ``speed``; the GPU-side
