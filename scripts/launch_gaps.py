@@ -3,7 +3,9 @@
     python scripts/launch_gaps.py data/validation/h200/llama-3.1-8b-*/f0.*
 
 Every token of one engine step arrives within about 0.1 ms of the others, so the union of a
-run's chunk times splits into emissions at gaps above 0.5 ms.  For each request, ``launch`` is
+run's chunk times splits into emissions at gaps above 0.5 ms; the client gets a step's outputs
+128 at a time, so a part of exactly 128 (or 256, ...) tokens followed within 3 ms by another
+part is rejoined with it (:func:`split_emissions`).  For each request, ``launch`` is
 the gap between the two emissions before the one carrying its first token (the step before its
 prompt's step, held until that step was launched) and ``tail`` the gap from there to its first
 token.  Gaps of at most 8 ms are steps that were not held (a graph step before it) and are
@@ -27,8 +29,29 @@ from latsim.costmodel.host import default_host_overhead
 from latsim.validate.records import load_run
 
 HELD_S = 8e-3
+SPLIT_S = 5e-4
+OUTPUT_CHUNK = 128  # vLLM's AsyncLLM processes a step's outputs 128 at a time
+CHUNK_GAP_S = 3e-3
 LAUNCH_BOUND_TAIL_S = 5e-3
 Z90 = 2.563  # z(0.9) - z(0.1)
+
+
+def split_emissions(times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start time, tokens) of each step's emission in the sorted token times ``times``: split
+    at gaps above :data:`SPLIT_S`, then a part of a multiple of :data:`OUTPUT_CHUNK` tokens
+    rejoined with the part after it when that follows within :data:`CHUNK_GAP_S` (vLLM hands a
+    step's outputs to the client in chunks of 128, with a pause between chunks)."""
+    starts = np.r_[0, np.where(np.diff(times) > SPLIT_S)[0] + 1]
+    counts = np.diff(np.r_[starts, len(times)])
+    keep = [0]
+    for k in range(1, len(starts)):
+        prev = keep[-1]
+        size = int(counts[prev:k].sum())
+        if size % OUTPUT_CHUNK == 0 and times[starts[k]] - times[starts[k] - 1] <= CHUNK_GAP_S:
+            continue  # the next chunk of the same step
+        keep.append(k)
+    merged = np.add.reduceat(counts, keep)
+    return times[starts[keep]], merged
 
 
 def gaps(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -37,8 +60,7 @@ def gaps(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     m = load_run(run)
     ok = m.requests[m.requests["status"] == "ok"]
     times = np.sort(np.concatenate([np.asarray(c, dtype=float) for c in ok["chunk_times_s"]]))
-    starts = np.r_[0, np.where(np.diff(times) > 5e-4)[0] + 1]
-    emissions, counts = times[starts], np.diff(np.r_[starts, len(times)])
+    emissions, counts = split_emissions(times)
     j = np.searchsorted(emissions, ok["first_token_s"].to_numpy() - 2e-4)
     j = j[j >= 2]
     launch, tail = emissions[j - 1] - emissions[j - 2], emissions[j] - emissions[j - 1]
