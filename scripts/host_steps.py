@@ -14,7 +14,7 @@ step: scheduling, preparing inputs and processing outputs.
 ``--against OTHER`` compares this sweep with another of the same engine and model (the one
 the shipped host terms come from, say): per level with ``c >= --host-bound-from`` (where the
 host, not the GPU, sets the step), the step ratio here / there, this level's host-probe median
-(``host_probe.summary.probe_p50_s`` in its meta.json), and ``probe / ratio``: the probe time at
+(``latsim.validate.compare.host_probe_ms``), and ``probe / ratio``: the probe time at
 which this host would have run at the other sweep's speed, if the step scales with the probe.
 Their median (pooled over every sweep given) is the other sweep's host speed in probe terms.
 """
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from latsim.validate.records import load_run
+from latsim.validate.compare import host_probe_ms
+from latsim.validate.records import load_run, read_meta
 
 
 def decode_step_s(level: Path) -> float:
@@ -48,13 +49,6 @@ def sweep(root: Path) -> tuple[np.ndarray, np.ndarray]:
             np.array([decode_step_s(p) for p in levels]))
 
 
-def probe_s(level: Path) -> float | None:
-    """The level's host-probe median (seconds), or None when it ran without the probe."""
-    meta = load_run(level).meta
-    value = ((meta.get("host_probe") or {}).get("summary") or {}).get("probe_p50_s")
-    return float(value) if value is not None else None
-
-
 def reference_probe(here: Path, there: Path, host_bound_from: int) -> list[tuple[int, float, float, float]]:
     """``(c, step ratio here/there, probe here, probe / ratio)`` per host-bound level in both
     sweeps that ran with the probe here."""
@@ -62,11 +56,12 @@ def reference_probe(here: Path, there: Path, host_bound_from: int) -> list[tuple
     other = dict(zip(*sweep(there), strict=True))
     rows = []
     for c, s in zip(c_here, s_here, strict=True):
-        level = here / f"c{int(c):04d}"
-        probe = probe_s(level)
-        if c >= host_bound_from and c in other and probe is not None:
+        if c < host_bound_from or c not in other:
+            continue
+        probe_ms = host_probe_ms(read_meta(here / f"c{int(c):04d}"))
+        if probe_ms is not None:
             ratio = s / other[c]
-            rows.append((int(c), ratio, probe, probe / ratio))
+            rows.append((int(c), ratio, probe_ms / 1e3, probe_ms / 1e3 / ratio))
     return rows
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -103,7 +104,7 @@ def default_host_overhead(kind: str, engine: str = "vllm-0.25.1") -> HostOverhea
     ``transferred`` uses the ``calibrated`` entry; a kind without an entry raises ValueError.
     An entry with ``cpu_terms_from: OTHER`` takes :data:`CPU_FIELDS` from entry ``OTHER``.
     """
-    data = yaml.safe_load(resources.files("latsim.costmodel").joinpath("data/engine_host.yaml").read_text())
+    data = _host_yaml()
     key = "calibrated" if kind == "transferred" else kind
     entry = _entry(data, engine, key)
     if "cpu_terms_from" in entry:
@@ -118,11 +119,16 @@ def reference_probe_s(engine: str = "vllm-0.25.1") -> float:
     """The host probe's workload time (:func:`latsim.validate.hostprobe.time_workload`, seconds)
     on the host ``engine``'s CPU terms describe (``host_reference_probe_s`` in engine_host.yaml):
     a host where it takes twice as long has ``host_speed`` 0.5."""
-    data = yaml.safe_load(resources.files("latsim.costmodel").joinpath("data/engine_host.yaml").read_text())
     try:
-        return float(data["engines"][engine]["host_reference_probe_s"])
+        return float(_host_yaml()["engines"][engine]["host_reference_probe_s"])
     except (KeyError, TypeError):
         raise ValueError(f"engine_host.yaml has no host_reference_probe_s for {engine!r}") from None
+
+
+@lru_cache(maxsize=1)
+def _host_yaml() -> Any:
+    """``engine_host.yaml``, parsed once."""
+    return yaml.safe_load(resources.files("latsim.costmodel").joinpath("data/engine_host.yaml").read_text())
 
 
 def _entry(data: object, engine: str, key: str) -> dict:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from latsim.catalog.hf_config import parse_hf_config
 from latsim.catalog.lookup import load_device
+from latsim.costmodel.host import reference_probe_s
 from latsim.deployment import Deployment, EngineConfig
 from latsim.validate.records import load_run
 
@@ -57,8 +58,6 @@ def run_host_speed(meta: dict, host_speed: float | str) -> float:
         if isinstance(host_speed, str):
             raise ValueError(f"host speed must be a number or 'probe', got {host_speed!r}")
         return float(host_speed)
-    from latsim.costmodel.host import reference_probe_s
-
     probe = host_probe_ms(meta)
     return 1.0 if probe is None else reference_probe_s() / (probe / 1e3)
 
