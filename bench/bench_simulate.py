@@ -26,7 +26,7 @@ import numpy as np
 
 from latsim.catalog.lookup import load_device, load_model
 from latsim.deployment import Deployment
-from latsim.engine.simulate import simulate
+from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
 
 

@@ -22,8 +22,8 @@ _EXPORTS = {
     "synthesize": "latsim.workload.generate",
     "read_trace": "latsim.workload.io",
     "write_trace": "latsim.workload.io",
-    "simulate": "latsim.engine.simulate",
-    "SimulationResult": "latsim.engine.simulate",
+    "simulate": "latsim.sim.simulate",
+    "SimulationResult": "latsim.sim.simulate",
     "SLO": "latsim.metrics.summary",
 }
 

@@ -65,11 +65,11 @@ def predict(
     out_dir: Annotated[Path | None, Opt("--out", help="Write requests.parquet and summary.json here")] = None,
 ) -> None:
     """Simulate a deployment under a workload and report latency percentiles."""
-    from latsim.engine.simulate import simulate
     from latsim.metrics.summary import SLO
     from latsim.report.output import json_default, json_safe, write_outputs
     from latsim.report.tables import latency_table, system_table
     from latsim.scenario import build_deployment, build_trace, merge
+    from latsim.sim.simulate import simulate
 
     flags = Settings(
         model=model, device=device, tp=tp, replicas=replicas, router=router, weight_dtype=weight_dtype,
@@ -189,7 +189,7 @@ def measure(
     timeout_s: Annotated[float, Opt(help="Per-request timeout")] = 600.0,
 ) -> None:
     """Drive a live engine with a workload and record per-token timestamps."""
-    from latsim.validate.measure_cli import run_measurement
+    from latsim.measure.measure_cli import run_measurement
 
     summary = run_measurement(
         out_dir=out_dir, endpoint=endpoint, model_name=model_name, engine=engine, model=model,
@@ -206,7 +206,7 @@ def host_speed(
     as_json: Annotated[bool, Opt("--json")] = False,
 ) -> None:
     """Time a fixed CPU workload here: this host's --host-speed for predict (run it on the serving host)."""
-    from latsim.validate.hostprobe import host_speed as measure_speed
+    from latsim.measure.hostprobe import host_speed as measure_speed
 
     r = measure_speed(seconds)
     if as_json:

@@ -12,15 +12,9 @@ from dataclasses import dataclass, field, replace
 from latsim.catalog.devices import DeviceSpec
 from latsim.catalog.models import KV_DTYPES, WEIGHT_DTYPES, ModelSpec
 from latsim.costmodel.host import check_host_speed
+from latsim.sim.registry import check_engine_name, engine_spec
 
-ENGINES = ("vllm", "static", "vllm-exact")
 ROUTERS = ("round-robin", "least-outstanding")
-
-# vLLM 0.25.1 OpenAI-server defaults (vllm/engine/arg_utils.py, usage context OPENAI_API_SERVER):
-# GPUs with >= 70 GiB that are not A100 get the large defaults; every other GPU the small ones.
-LARGE_GPU_MIN_GIB = 70.0
-SERVER_DEFAULTS_LARGE = (8192, 1024)  # (max_num_batched_tokens, max_num_seqs)
-SERVER_DEFAULTS_SMALL = (2048, 256)
 
 
 @dataclass(frozen=True)
@@ -43,8 +37,7 @@ class EngineConfig:
     (0.5: half as fast; ``latsim host-speed`` estimates it on the machine it runs on)."""
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        check_engine_name(self.engine)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
@@ -93,18 +86,10 @@ class Deployment:
             raise ValueError(f"kv-cache dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_dtype!r}")
 
 
-def server_defaults(device: DeviceSpec) -> tuple[int, int]:
-    """vLLM's OpenAI-server ``(max_num_batched_tokens, max_num_seqs)`` for ``device``."""
-    is_a100 = device.name.startswith("a100")
-    if device.memory_gib >= LARGE_GPU_MIN_GIB and not is_a100:
-        return SERVER_DEFAULTS_LARGE
-    return SERVER_DEFAULTS_SMALL
-
-
 def resolve_engine(deployment: Deployment) -> EngineConfig:
     """Fill the engine's defaulted knobs for this device (max_model_len is left to the memory plan)."""
     cfg = deployment.engine
-    tokens, seqs = server_defaults(deployment.device)
+    tokens, seqs = engine_spec(cfg.engine).server_defaults(deployment.device)
     return replace(
         cfg,
         max_num_batched_tokens=cfg.max_num_batched_tokens or tokens,

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from latsim.atomic import atomic_write_text
-from latsim.validate.hostprobe import DEFAULT_WORK, time_workload
+from latsim.measure.hostprobe import DEFAULT_WORK, time_workload
 
 SIBLING_RATIO = 1.3  # both sides at least this much slower together than alone: shared core
 

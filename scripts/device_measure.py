@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from latsim.validate.loadgen import LoadSpec
-from latsim.validate.measurement import Measurement
-from latsim.validate.vllm_driver import EngineSession, EngineSettings, Level, RunOptions, build_engine
+from latsim.measure.loadgen import LoadSpec
+from latsim.measure.measurement import Measurement
+from latsim.measure.vllm_driver import EngineSession, EngineSettings, Level, RunOptions, build_engine
 from latsim.workload.trace import RequestTrace
 
-CATALOG = Path(__file__).resolve().parent.parent / "latsim" / "catalog" / "data" / "models"
+CATALOG = Path(__file__).resolve().parent.parent / "latsim" / "data" / "catalog" / "models"
 MIX = {"in": (600.0, 0.8, 32, 4096), "out": (150.0, 0.6, 8, 1024)}  # median, sigma, lo, hi
 SHUTDOWN_MARGIN_S = 20.0
 
@@ -276,7 +276,7 @@ def _ints(text: str) -> list[int]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", help="name in latsim/catalog/data/models/ (a label with --config-dir)")
+    p.add_argument("--model", help="name in latsim/data/catalog/models/ (a label with --config-dir)")
     p.add_argument("--config-dir", help="a directory holding an HF config.json")
     p.add_argument("--shape", action="append", help="'mix' or 'fixed:in=N,out=M'; repeat for several "
                    "shapes on one engine (default: mix)")

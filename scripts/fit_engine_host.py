@@ -1,4 +1,4 @@
-"""Fit ``costmodel/data/engine_host.yaml``'s terms on measured runs and report held-out runs.
+"""Fit ``data/engines/vllm/host.yaml``'s terms on measured runs and report held-out runs.
 
     python scripts/fit_engine_host.py --kind calibrated [--dense-free frontend_s,gpu_scale,...]
 
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from latsim.costmodel.host import default_host_overhead
+from latsim.engines.vllm.host_terms import default_host_overhead
+from latsim.measure.records import read_meta
 from latsim.validate.compare import find_runs
 from latsim.validate.fit_host import DENSE_FIELDS, FIELDS, Replay, errors, fit_host, load_replays
-from latsim.validate.records import read_meta
 
 
 def poisson_runs(root: Path) -> list[Path]:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from latsim.measure.records import load_run, read_meta
 from latsim.validate.compare import host_probe_ms
-from latsim.validate.records import load_run, read_meta
 
 
 def decode_step_s(level: Path) -> float:

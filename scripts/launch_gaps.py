@@ -11,7 +11,7 @@ prompt's step, held until that step was launched) and ``tail`` the gap from ther
 token.  Gaps of at most 8 ms are steps that were not held (a graph step before it) and are
 left out.  A launch starts with the step's host work (``step_s + seq_s x sequences``, the
 sequences counted as the tokens of the emission carrying the first token; default: the
-calibrated entry of ``engine_host.yaml``, measured by ``scripts/host_steps.py``), which is taken
+calibrated entry of ``host.yaml``, measured by ``scripts/host_steps.py``), which is taken
 off before dividing by the layers.  Prints, per run and pooled, the launch median (whole gap)
 and its per-layer part (the model's config ``num_hidden_layers``), the log-normal spread
 ``(ln p90 - ln p10) / 2.563`` of the whole gaps, and the tail median over the requests whose
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from latsim.costmodel.host import default_host_overhead
-from latsim.validate.records import load_run
+from latsim.engines.vllm.host_terms import default_host_overhead
+from latsim.measure.records import load_run
 
 HELD_S = 8e-3
 SPLIT_S = 5e-4

@@ -1,10 +1,10 @@
 """Run request streams through vLLM's own scheduler and print the step records as JSON.
 
 The reference half of the differential tests' bridge (the other half is
-``latsim/engine/differential.py``). It runs under the python of the vLLM reference
+``latsim/oracle/differential.py``). It runs under the python of the vLLM reference
 environment (``.ci/vllm-ref.sh``), which has vLLM and torch but none of latsim's own
-dependencies, so it imports only the pure-Python modules ``latsim.engine.steprecord`` and
-``latsim.engine.vllm_exact``; the repository root is put on ``sys.path``.
+dependencies, so it imports only the pure-Python modules ``latsim.oracle.steprecord`` and
+``latsim.oracle.vllm_exact``; the repository root is put on ``sys.path``.
 
 Input: a JSON list of cases (a file argument, or standard input), each
 ``{"stream": [...], "config": {...}}``. A stream entry is a ``StreamRequest`` as a list
@@ -40,7 +40,7 @@ _STREAM_KEYS = ("request_id", "arrival_step", "prompt_tokens", "output_tokens", 
 
 
 def _stream(entries: list[Any]) -> list[Any]:
-    from latsim.engine.steprecord import StreamRequest
+    from latsim.oracle.steprecord import StreamRequest
 
     out = []
     for e in entries:
@@ -63,7 +63,7 @@ def record_to_json(rec: Any) -> dict[str, Any]:
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """One case through ``run_vllm_scheduler``: its records, or the error it raised."""
-    from latsim.engine.vllm_exact import run_vllm_scheduler
+    from latsim.oracle.vllm_exact import run_vllm_scheduler
 
     stream = _stream(case["stream"])
     start = time.perf_counter()
@@ -90,8 +90,8 @@ def run_batch(cases: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
 
 def _warm_up() -> None:
     """Import vLLM and build one scheduler, so forked workers start warm."""
-    from latsim.engine.steprecord import StreamRequest
-    from latsim.engine.vllm_exact import run_vllm_scheduler
+    from latsim.oracle.steprecord import StreamRequest
+    from latsim.oracle.vllm_exact import run_vllm_scheduler
 
     run_vllm_scheduler(
         [StreamRequest("warm", 0, 1, 1)], num_gpu_blocks=4, max_num_seqs=1, max_num_batched_tokens=16, max_model_len=16

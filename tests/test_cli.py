@@ -93,7 +93,7 @@ def test_empty_trace_is_refused(tmp_path, monkeypatch, capsys):
 def test_overload_is_reported_unstable_not_hung(monkeypatch, capsys):
     argv = ["predict", "--qps", "500", "--num-requests", "400", "--input-len", "2000", "--output-len", "400",
             "--device", "l4", "--model", "llama-3.2-1b", "--max-model-len", "4096"]
-    monkeypatch.setattr("latsim.engine.simulate.default_horizon", lambda trace: 30.0)
+    monkeypatch.setattr("latsim.sim.simulate.default_horizon", lambda trace: 30.0)
     code, _, err = run(argv, monkeypatch, capsys)
     assert code == 2 and "unstable" in err
 
@@ -138,7 +138,7 @@ def test_host_speed_in_a_deployment_file(tmp_path, monkeypatch, capsys):
 
 
 def test_host_speed_command(monkeypatch, capsys):
-    monkeypatch.setattr("latsim.validate.hostprobe.time_workload", lambda n: 2.48e-3)
+    monkeypatch.setattr("latsim.measure.hostprobe.time_workload", lambda n: 2.48e-3)
     code, out, _ = run(["host-speed", "--seconds", "0.05", "--json"], monkeypatch, capsys)
     result = json.loads(out)
     assert code == 0 and result["p50_s"] == 2.48e-3

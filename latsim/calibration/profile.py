@@ -18,8 +18,9 @@ import pandas as pd
 
 from latsim.calibration.device_info import name_matches
 from latsim.calibration.tables import read_shard, shard_path
+from latsim.paths import CALIBRATION
 
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "calibration"
+SHIPPED_DIR = CALIBRATION
 PROFILE = "profile.json"
 REQUIRED_KEYS = ("gpu_name", "device", "grid", "grid_hash", "date_utc", "backend")
 

@@ -1,7 +1,7 @@
 """Operator shapes of the catalog's models, the raw material of the calibration grids.
 
 Runs on the development machine only (it reads the catalog); its output,
-``calibration/data/shapes.json``, travels to the GPU machine, whose benchmark runner must not
+``data/grids/shapes.json``, travels to the GPU machine, whose benchmark runner must not
 import the catalog (it needs pydantic, which the GPU image lacks).  ``python -m
 latsim.calibration.shapes`` rewrites the file; a test checks that the shipped file is current.
 
@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from latsim.atomic import atomic_write_text
+from latsim.paths import GRIDS
 
-SHAPES_FILE = Path(__file__).parent / "data" / "shapes.json"
+SHAPES_FILE = GRIDS / "shapes.json"
 TPS = (1, 2, 4, 8)
 FIT_BYTES = 120e9  # bf16 weights per GPU must fit an 141 GB H200 with room for KV
 

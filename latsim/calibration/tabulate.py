@@ -27,9 +27,9 @@ import numpy as np
 from latsim.calibration.interp import knots
 from latsim.calibration.predict import Arr, Predictors
 from latsim.catalog.devices import DeviceSpec
-from latsim.costmodel.host import MAX_CUDAGRAPH_TOKENS
 from latsim.costmodel.ops import FEATURES, OpForm, evaluate, op_forms
 from latsim.costmodel.shard import ShardSpec
+from latsim.engines.vllm.defaults import MAX_CUDAGRAPH_TOKENS
 
 T_KNOTS = knots(1, 512, 131072, 1.02)
 D_KNOTS = knots(1, 32, 4096, 1.08)
@@ -121,7 +121,7 @@ def _allreduce(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec, notes: l
     Steps of at most :data:`~latsim.costmodel.host.MAX_CUDAGRAPH_TOKENS` tokens replay a CUDA
     graph in vLLM, which then runs its custom all-reduce: the profile's in-graph tables when it
     has them, else the roofline's all-reduce (its latency is the custom kernel's,
-    ``costmodel/data/roofline.yaml``).  Larger steps run eagerly: the profile's NCCL table, else
+    ``data/costmodel/roofline.yaml``).  Larger steps run eagerly: the profile's NCCL table, else
     the ring formula.
     """
     if s.tp == 1:

@@ -1,4 +1,4 @@
-"""GPU and accelerator specifications, read from ``catalog/data/devices.yaml``.
+"""GPU and accelerator specifications, read from ``data/catalog/devices.yaml``.
 
 Every figure in the data file carries a source note; this module only parses and validates.
 The file states units in its key names (``memory_gib``: 2**30 bytes; ``*_gb_s``: 1e9 bytes per

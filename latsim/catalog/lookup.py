@@ -1,8 +1,8 @@
 """Find models and devices by name (built-in catalog) or by path (a user's ``config.json``).
 
-Model names are the file stems of ``catalog/data/models/*.json`` and match case-insensitively.
+Model names are the file stems of ``data/catalog/models/*.json`` and match case-insensitively.
 A path wins over a catalog name when it is an existing file, or an existing folder holding a
-``config.json``.  Device names and aliases come from ``catalog/data/devices.yaml``.  Unknown
+``config.json``.  Device names and aliases come from ``data/catalog/devices.yaml``.  Unknown
 names raise :class:`UnknownNameError`, whose message suggests close names.
 """
 
@@ -17,8 +17,9 @@ from typing import Any
 from latsim.catalog.devices import DeviceSpec, parse_devices
 from latsim.catalog.hf_config import parse_hf_config
 from latsim.catalog.models import ModelSpec
+from latsim.paths import CATALOG
 
-DATA_DIR = Path(__file__).parent / "data"
+DATA_DIR = CATALOG
 MODELS_DIR = DATA_DIR / "models"
 DEVICES_FILE = DATA_DIR / "devices.yaml"
 

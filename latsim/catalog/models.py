@@ -1,7 +1,7 @@
 """LLM architectures: the shapes that decide FLOPs, bytes moved and memory.
 
 A :class:`ModelSpec` is built from a Hugging Face ``config.json`` (a file, a folder holding one,
-or a parsed dict) or looked up by name in the built-in catalog (``catalog/data/models/*.json``,
+or a parsed dict) or looked up by name in the built-in catalog (``data/catalog/models/*.json``,
 each an HF-style config).  Everything downstream (memory plan, cost model, calibration grids)
 reads only this dataclass.
 

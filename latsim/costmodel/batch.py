@@ -60,8 +60,8 @@ class BatchShape:
         )
 
 
-class CostModel(Protocol):
-    """Prices engine steps in seconds.
+class StepPricer(Protocol):
+    """Prices engine steps in seconds of GPU work (no engine CPU time).
 
     ``kind`` names what serves the prediction (``roofline``, ``calibrated``, ``transferred``)
     and is reported with every result.  ``decode_run`` prices ``steps`` consecutive decode-only
@@ -76,3 +76,37 @@ class CostModel(Protocol):
     def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> np.ndarray: ...
 
     def describe(self) -> dict[str, object]: ...
+
+
+class CostModel(StepPricer, Protocol):
+    """What the simulator prices a step with: a :class:`StepPricer` whose step times include
+    the engine's CPU work, plus the engine's terms outside the step.
+
+    - ``frontend_s``: latency added to every token a request receives (handing the request to
+      the engine and streaming tokens back); it does not change what the engine does.
+    - ``launch_from``: steps of more tokens than this are launched kernel by kernel
+      (``None``: no step is); ``launch_s(batch)`` is that launch's CPU seconds,
+      ``launch_tail_s`` the least time the GPU runs after it, ``launch_sigma`` the log-normal
+      spread of launch times.
+    """
+
+    frontend_s: float
+    launch_from: int | None
+    launch_tail_s: float
+    launch_sigma: float
+
+    def launch_s(self, batch: BatchShape) -> float: ...
+
+
+class NoHostTerms:
+    """The engine terms of a :class:`CostModel` that has none (a GPU-only or test model):
+    subclass it beside ``step_time``/``decode_run``/``describe``."""
+
+    frontend_s = 0.0
+    launch_from: int | None = None
+    launch_tail_s = 0.0
+    launch_sigma = 0.0
+
+    def launch_s(self, batch: BatchShape) -> float:
+        del batch
+        return 0.0

@@ -73,7 +73,7 @@ def _launch_terms(shard: ShardSpec) -> Terms:
 
 
 class CalibratedCostModel:
-    """Prices steps from tabulated regressors; implements the CostModel protocol.
+    """Prices steps from tabulated regressors; implements the StepPricer protocol.
 
     Build with :func:`load_calibrated` (reads the profile); the constructor only stores.
     """

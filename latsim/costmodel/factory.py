@@ -13,29 +13,32 @@ from dataclasses import replace
 
 from latsim.catalog.devices import DeviceSpec
 from latsim.catalog.models import ModelSpec
-from latsim.costmodel.batch import CostModel
-from latsim.costmodel.host import HostOverhead, HostOverlapCostModel, default_host_overhead
+from latsim.costmodel.batch import CostModel, StepPricer
+from latsim.costmodel.host import HostOverhead, HostOverlapCostModel
 from latsim.costmodel.roofline import RooflineCostModel
 from latsim.costmodel.roofline_params import default_roofline_params
 
-Builder = Callable[[ModelSpec, DeviceSpec, int, str, str], CostModel]
+NO_HOST = HostOverhead(step_s=0.0, seq_s=0.0, frontend_s=0.0, source="none")
+"""No CPU-side terms: the cost model of a GPU alone."""
+
+Builder = Callable[[ModelSpec, DeviceSpec, int, str, str], StepPricer]
 
 
 def _build_roofline(model: ModelSpec, device: DeviceSpec, tp: int, weight_dtype: str,
-                    kv_dtype: str) -> CostModel:
+                    kv_dtype: str) -> StepPricer:
     gpu_only = replace(default_roofline_params(), step_overhead_s=0.0, seq_overhead_s=0.0)
     return RooflineCostModel(model, device, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, params=gpu_only)
 
 
 def _build_calibrated(model: ModelSpec, device: DeviceSpec, tp: int, weight_dtype: str,
-                      kv_dtype: str) -> CostModel:
+                      kv_dtype: str) -> StepPricer:
     from latsim.costmodel.calibrated import load_calibrated
 
     return load_calibrated(model, device, tp, weight_dtype, kv_dtype, kind="calibrated", step_s=0.0, per_seq_s=0.0)
 
 
 def _build_transferred(model: ModelSpec, device: DeviceSpec, tp: int, weight_dtype: str,
-                       kv_dtype: str) -> CostModel:
+                       kv_dtype: str) -> StepPricer:
     from latsim.costmodel.calibrated import load_calibrated
 
     return load_calibrated(model, device, tp, weight_dtype, kv_dtype, kind="transferred", step_s=0.0,
@@ -70,11 +73,11 @@ def calibration_status(device_name: str) -> str:
 def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",
                      kv_dtype: str = "bf16", kind: str = "auto", asynchronous: bool = True,
                      host: HostOverhead | None = None, graph_tokens: int | None = None,
-                     gpu: CostModel | None = None, host_speed: float = 1.0) -> CostModel:
+                     gpu: StepPricer | None = None, host_speed: float = 1.0) -> CostModel:
     """The cost model of ``kind`` for this deployment (``auto``: calibrated if available, else roofline).
 
-    The GPU-side model is wrapped with the engine's host time (``host``, default: the values
-    fitted on live vLLM runs), overlapped with the GPU when ``asynchronous``.  Raises
+    The GPU-side model is wrapped with the engine's host time (``host``, the engine's fitted
+    terms; default: none), overlapped with the GPU when ``asynchronous``.  Raises
     ValueError for an unknown ``kind`` and whatever the chosen model raises for an invalid
     deployment (unknown dtype, ``tp`` that does not shard the model).  ``graph_tokens`` is the
     engine's CUDA-graph limit (:func:`~latsim.costmodel.host.cudagraph_limit`); steps above it
@@ -84,13 +87,13 @@ def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_d
     (:meth:`~latsim.costmodel.host.HostOverhead.at_speed`).
     """
     gpu = gpu or gpu_cost_model(model, device, tp, weight_dtype, kv_dtype, kind)
-    host = (host or default_host_overhead(gpu.kind)).at_speed(host_speed)
+    host = (host or NO_HOST).at_speed(host_speed)
     return HostOverlapCostModel(gpu, host, asynchronous,
                                 layers=model.num_layers, moe_layers=model.num_moe_layers, graph_tokens=graph_tokens)
 
 
 def gpu_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",
-                   kv_dtype: str = "bf16", kind: str = "auto") -> CostModel:
+                   kv_dtype: str = "bf16", kind: str = "auto") -> StepPricer:
     """The GPU-only cost model of ``kind`` (no host time), for fitting and reports."""
     if kind == "auto":
         builder = _calibrated_builder(device) or BUILDERS["roofline"]

@@ -8,7 +8,7 @@ sees outside the step loop (handing the request to the engine process and stream
 back): it shifts every token time of a request, leaving TPOT and ITL unchanged.
 
 A step with more tokens than the largest captured CUDA graph (vLLM: ``min(2 x max_num_seqs,
-512, max_num_batched_tokens)`` tokens, :func:`cudagraph_limit`) runs without graphs: every
+512, max_num_batched_tokens)`` tokens, :func:`latsim.engines.vllm.defaults.cudagraph_limit`) runs without graphs: every
 kernel is launched from Python.  That costs ``eager_layer_s`` per layer, and
 ``eager_moe_layer_s`` more per mixture-of-experts layer (routing, alignment and the fused
 expert kernels are several Python-level calls), on top of the GPU time (measured live runs
@@ -17,25 +17,21 @@ costs about twice its GEMM time).  Under asynchronous scheduling the launch of s
 also holds back the outputs of the step before it: the step's host time, then
 ``launch_layer_s`` per layer (and ``launch_moe_layer_s`` more per MoE layer) of CPU time, the
 next step decided only once it ends, the step ending ``launch_tail_s`` after it at the
-earliest (:mod:`latsim.engine.launch` applies it; the cost model only prices it).
+earliest (:mod:`latsim.engines.vllm.launch` applies it; the cost model only prices it).
 
 :class:`HostOverlapCostModel` wraps a GPU-only cost model (one built with zero step overhead)
-and applies these terms.  The parameters live in ``costmodel/data/engine_host.yaml`` with the
-runs they were fitted on.
+and applies these terms.  An engine's fitted parameters ship with the engine (vLLM's:
+``latsim/data/engines/vllm/host.yaml``, read by :mod:`latsim.engines.vllm.host_terms`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from functools import lru_cache
-from importlib import resources
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import yaml
 
-from latsim.costmodel.batch import BatchShape, CostModel
+from latsim.costmodel.batch import BatchShape, StepPricer
 
 
 @dataclass(frozen=True)
@@ -91,75 +87,15 @@ def check_host_speed(speed: object) -> None:
 TERMS = tuple(f.name for f in fields(HostOverhead) if f.name != "source")
 """Every numeric term of :class:`HostOverhead`, in declaration order."""
 
-LAUNCH_FIELDS = ("launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launch_sigma")
-CPU_FIELDS = ("step_s", "seq_s", "frontend_s", *LAUNCH_FIELDS)
-"""The engine's CPU-side terms: they do not depend on the GPU model, so an entry may take them
-from another (``cpu_terms_from: <kind>``) rather than repeat them."""
-
-
-@lru_cache(maxsize=4)
-def default_host_overhead(kind: str, engine: str = "vllm-0.25.1") -> HostOverhead:
-    """The fitted host terms of ``engine`` for a GPU model of ``kind`` (``engine_host.yaml``).
-
-    ``transferred`` uses the ``calibrated`` entry; a kind without an entry raises ValueError.
-    An entry with ``cpu_terms_from: OTHER`` takes :data:`CPU_FIELDS` from entry ``OTHER``.
-    """
-    data = _host_yaml()
-    key = "calibrated" if kind == "transferred" else kind
-    entry = _entry(data, engine, key)
-    if "cpu_terms_from" in entry:
-        cpu = _entry(data, engine, str(entry["cpu_terms_from"]))
-        entry = {**entry, **{name: cpu[name] for name in CPU_FIELDS if name in cpu}}
-    return HostOverhead(source=f"costmodel/data/engine_host.yaml:{engine}/{key}",
-                        **{name: float(entry[name]) for name in TERMS if name in entry})
-
-
-@lru_cache(maxsize=4)
-def reference_probe_s(engine: str = "vllm-0.25.1") -> float:
-    """The host probe's workload time (:func:`latsim.validate.hostprobe.time_workload`, seconds)
-    on the host ``engine``'s CPU terms describe (``host_reference_probe_s`` in engine_host.yaml):
-    a host where it takes twice as long has ``host_speed`` 0.5."""
-    try:
-        return float(_host_yaml()["engines"][engine]["host_reference_probe_s"])
-    except (KeyError, TypeError):
-        raise ValueError(f"engine_host.yaml has no host_reference_probe_s for {engine!r}") from None
-
-
-@lru_cache(maxsize=1)
-def _host_yaml() -> Any:
-    """``engine_host.yaml``, parsed once."""
-    return yaml.safe_load(resources.files("latsim.costmodel").joinpath("data/engine_host.yaml").read_text())
-
-
-def _entry(data: object, engine: str, key: str) -> dict:
-    try:
-        entry = data["engines"][engine][key]  # type: ignore[index]
-    except (KeyError, TypeError):
-        raise ValueError(f"engine_host.yaml has no entry for {engine!r} / {key!r}") from None
-    if not isinstance(entry, dict):
-        raise ValueError(f"engine_host.yaml entry {engine!r} / {key!r} is not a mapping")
-    return entry
-
-
-MAX_CUDAGRAPH_TOKENS = 512
-"""vLLM 0.25.1's largest default CUDA-graph capture size (tokens per step)."""
-
-
-def cudagraph_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
-    """The most tokens a step may have and still replay a captured CUDA graph (vLLM 0.25.1's
-    default capture sizes end at ``min(2 x max_num_seqs, 512, max_num_batched_tokens)``)."""
-    return min(2 * max_num_seqs, MAX_CUDAGRAPH_TOKENS, max_num_batched_tokens)
-
-
 class HostOverlapCostModel:
     """``inner`` (GPU time) combined with host time: ``max`` when asynchronous, sum when not.
 
-    ``layers``, ``moe_layers`` and ``graph_tokens`` (the :func:`cudagraph_limit`; ``None``: every
+    ``layers``, ``moe_layers`` and ``graph_tokens`` (the engine's CUDA-graph limit; ``None``: every
     step replays a graph) price steps run without CUDA graphs.  ``decode_run`` applies the same float
     operations as ``step_time`` element for element.
     """
 
-    def __init__(self, inner: CostModel, host: HostOverhead, asynchronous: bool = True, *,
+    def __init__(self, inner: StepPricer, host: HostOverhead, asynchronous: bool = True, *,
                  layers: int = 0, moe_layers: int = 0, graph_tokens: int | None = None) -> None:
         self.inner = inner
         self.host = host

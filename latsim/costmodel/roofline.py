@@ -197,7 +197,7 @@ class RooflineCostModel:
     One instance serves one (model, device, tp, dtypes).  Construction validates the
     sharding (ValueError for unknown dtypes or a ``tp`` vLLM would refuse) and compiles the
     time forms; ``params=None`` uses the shipped defaults (the data file is read once per
-    process).  Implements the :class:`~latsim.costmodel.batch.CostModel` protocol.
+    process).  Implements the :class:`~latsim.costmodel.batch.StepPricer` protocol.
     """
 
     kind = "roofline"

@@ -1,6 +1,6 @@
 """Efficiency factors and overheads of the roofline cost model, and their data file.
 
-The numbers live in ``costmodel/data/roofline.yaml`` with a ``provenance`` entry each; this
+The numbers live in ``data/costmodel/roofline.yaml`` with a ``provenance`` entry each; this
 module only parses and validates them.  They are assumed defaults that a calibration profile
 for the GPU replaces.
 """
@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
-DEFAULT_PATH = Path(__file__).parent / "data" / "roofline.yaml"
+from latsim.paths import COSTMODEL
+
+DEFAULT_PATH = COSTMODEL / "roofline.yaml"
 COMPUTE_KINDS = ("attention", "memory")
 MEMORY_KINDS = ("gemm", "attention", "memory")
 MAX_OVERHEAD_S = 1.0

@@ -17,9 +17,9 @@ import pandas as pd
 
 from latsim.catalog.hf_config import parse_hf_config
 from latsim.catalog.lookup import load_device
-from latsim.costmodel.host import reference_probe_s
 from latsim.deployment import Deployment, EngineConfig
-from latsim.validate.records import load_run
+from latsim.engines.vllm.host_terms import reference_probe_s
+from latsim.measure.records import load_run
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 CLIENT_LAG_LIMIT_S = 0.05
@@ -44,7 +44,7 @@ class LevelComparison:
 
 def host_probe_ms(meta: dict) -> float | None:
     """The median time of the host probe's fixed workload during the run, in ms (``None``: the
-    run was measured without :class:`~latsim.validate.hostprobe.HostProbe`).  The same work each
+    run was measured without :class:`~latsim.measure.hostprobe.HostProbe`).  The same work each
     time: a larger value means a slower CPU under the engine while this level ran."""
     value = ((meta.get("host_probe") or {}).get("summary") or {}).get("probe_p50_s")
     return float(value) * 1e3 if isinstance(value, (int, float)) else None
@@ -108,8 +108,8 @@ def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=N
                 host_speed: float | str = 1.0) -> LevelComparison:
     """Replay one measured run and summarise both sides with the same metric code, on a host
     of ``host_speed`` (:func:`run_host_speed`; ignored with an explicit ``cost_model``)."""
-    from latsim.engine.simulate import simulate
     from latsim.metrics.summary import summarize
+    from latsim.sim.simulate import simulate
 
     m = load_run(run_dir)
     deployment = deployment_for(m.meta, device)

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
-from latsim.costmodel.batch import CostModel
+from latsim.costmodel.batch import StepPricer
 from latsim.costmodel.factory import gpu_cost_model
 from latsim.costmodel.host import TERMS, HostOverhead
 from latsim.deployment import Deployment, resolve_engine
+from latsim.measure.records import load_run
 from latsim.metrics.per_request import add_latencies
 from latsim.validate.compare import deployment_for
-from latsim.validate.records import load_run
 from latsim.workload.trace import RequestTrace
 
 TARGETS = (("ttft_s", 50), ("ttft_s", 99), ("tpot_s", 50), ("tpot_s", 99))
@@ -37,7 +37,7 @@ class Replay:
     name: str
     deployment: Deployment
     trace: RequestTrace
-    gpu: CostModel
+    gpu: StepPricer
     measured: np.ndarray
 
 
@@ -47,7 +47,7 @@ def _percentiles(records) -> np.ndarray:
 
 
 def load_replays(run_dirs: list[Path], device: str, kind: str = "auto") -> list[Replay]:
-    cache: dict[str, CostModel] = {}
+    cache: dict[str, StepPricer] = {}
     replays = []
     for run in run_dirs:
         m = load_run(run)
@@ -60,7 +60,7 @@ def load_replays(run_dirs: list[Path], device: str, kind: str = "auto") -> list[
 
 
 def predict(replay: Replay, host: HostOverhead):
-    from latsim.engine.simulate import default_cost_model, simulate
+    from latsim.sim.simulate import default_cost_model, simulate
 
     cost = default_cost_model(replay.deployment, resolve_engine(replay.deployment), host=host, gpu=replay.gpu)
     return simulate(replay.deployment, replay.trace, cost_model=cost).records

@@ -10,7 +10,7 @@ import pytest
 from latsim.calibration.predict import load_predictors
 from latsim.calibration.tabulate import T_KNOTS, decode_grid, heads_of, per_token
 from latsim.catalog import load_device, load_model
-from latsim.costmodel.batch import BatchShape, CostModel
+from latsim.costmodel.batch import BatchShape, StepPricer
 from latsim.costmodel.calibrated import CalibratedCostModel, load_calibrated
 from latsim.costmodel.shard import shard_model
 
@@ -24,7 +24,7 @@ def models(fitted_profile: Path) -> dict[str, CalibratedCostModel]:
 
 
 def test_implements_protocol(models: dict[str, CalibratedCostModel]) -> None:
-    cm: CostModel = models["llama-3.1-8b"]
+    cm: StepPricer = models["llama-3.1-8b"]
     assert cm.kind == "calibrated"
     d = cm.describe()
     assert d["source"]["gpu_name"] == "NVIDIA H200" and d["model"] == "llama-3.1-8b"

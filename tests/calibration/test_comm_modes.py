@@ -217,8 +217,8 @@ def test_vllm_setup_uses_the_installed_constructor(monkeypatch: pytest.MonkeyPat
 def test_steps_within_the_graph_limit_use_the_graph_all_reduce() -> None:
     from latsim.calibration.tabulate import _allreduce
     from latsim.catalog.lookup import load_device, load_model
-    from latsim.costmodel.host import MAX_CUDAGRAPH_TOKENS as GRAPH_TOKENS
     from latsim.costmodel.shard import shard_model
+    from latsim.engines.vllm.defaults import MAX_CUDAGRAPH_TOKENS as GRAPH_TOKENS
 
     shard = shard_model(load_model("llama-3.1-8b"), tp=2)
     ar = {"worlds": {"2": _table("nccl", [4096, 2**28])},
@@ -239,9 +239,9 @@ def test_steps_within_the_graph_limit_use_the_graph_all_reduce() -> None:
 def test_without_graph_timings_graph_steps_use_the_roofline_custom_all_reduce() -> None:
     from latsim.calibration.tabulate import _allreduce
     from latsim.catalog.lookup import load_device, load_model
-    from latsim.costmodel.host import MAX_CUDAGRAPH_TOKENS as GRAPH_TOKENS
     from latsim.costmodel.roofline_params import default_roofline_params
     from latsim.costmodel.shard import shard_model
+    from latsim.engines.vllm.defaults import MAX_CUDAGRAPH_TOKENS as GRAPH_TOKENS
 
     shard, device = shard_model(load_model("llama-3.1-8b"), tp=2), load_device("h200")
     only_nccl = _predictors({"worlds": {"2": _table("nccl", [4096, 2**28])}})

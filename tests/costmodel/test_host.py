@@ -7,17 +7,11 @@ import pytest
 
 from latsim.catalog.lookup import load_device, load_model
 from latsim.costmodel.batch import BatchShape
-from latsim.costmodel.host import (
-    SPEED_FIELDS,
-    TERMS,
-    HostOverhead,
-    HostOverlapCostModel,
-    cudagraph_limit,
-    default_host_overhead,
-    reference_probe_s,
-)
+from latsim.costmodel.host import SPEED_FIELDS, TERMS, HostOverhead, HostOverlapCostModel
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
-from latsim.engine.simulate import default_cost_model
+from latsim.engines.vllm.defaults import cudagraph_limit
+from latsim.engines.vllm.host_terms import default_host_overhead, reference_probe_s
+from latsim.sim.simulate import default_cost_model
 
 
 class LinearGpu:
@@ -86,7 +80,7 @@ def test_shipped_terms_and_the_default_model_use_the_engine_graph_limit() -> Non
 
 def test_roofline_entry_takes_the_cpu_terms_of_the_calibrated_one() -> None:
     """Host (CPU) time does not depend on the GPU model: ``cpu_terms_from`` shares it."""
-    from latsim.costmodel.host import CPU_FIELDS
+    from latsim.engines.vllm.host_terms import CPU_FIELDS
 
     roof, cal = default_host_overhead("roofline"), default_host_overhead("calibrated")
     assert all(getattr(roof, name) == getattr(cal, name) for name in CPU_FIELDS)

@@ -2,7 +2,7 @@
 
 The tests in this directory run in latsim's own environment (``python -m pytest``). vLLM runs
 in the separate reference python (``.ci/vllm-ref.sh``), reached through
-``latsim.engine.differential.oracle_records``: the oracle fixture sends the cases of every
+``latsim.oracle.differential.oracle_records``: the oracle fixture sends the cases of every
 selected test in ONE batch. Without a reference python the tests are skipped, unless
 ``LATSIM_REQUIRE_VLLM_REF=1`` (CI), where they fail.
 
@@ -36,7 +36,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 def require_reference_python():
     """The reference python, or skip (fail under ``LATSIM_REQUIRE_VLLM_REF=1``) without one."""
-    from latsim.engine.differential import reference_python
+    from latsim.oracle.differential import reference_python
 
     python = reference_python()
     if python is not None and python.exists():
@@ -57,7 +57,7 @@ def oracle(request: pytest.FixtureRequest):
     On first use, the cases of every family named by an ``oracle_cases`` marker among the
     selected tests go to the reference python in one batch.
     """
-    from latsim.engine.differential import oracle_run
+    from latsim.oracle.differential import oracle_run
     from tests.differential.streams import FAMILIES
 
     python = require_reference_python()

@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from latsim.engine.differential import Case, latsim_records
-from latsim.engine.steprecord import StreamRequest
+from latsim.oracle.differential import Case, latsim_records
+from latsim.oracle.steprecord import StreamRequest
 
 BS = 16
 

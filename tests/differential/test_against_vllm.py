@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import pytest
 
-from latsim.engine.differential import check_cases, latsim_records
-from latsim.engine.steprecord import StepRecord
+from latsim.oracle.differential import check_cases, latsim_records
+from latsim.oracle.steprecord import StepRecord
 from tests.differential.streams import DECODE_CONFIG, REPROS, decode_stream
 
 
@@ -155,7 +155,7 @@ def test_async_scheduling_schedules_the_same_tokens_per_request(oracle):
 
 def test_oracle_smoke_suite():
     """The adapter's own smoke tests (they import vLLM) pass under the reference python."""
-    from latsim.engine.differential import REPO_ROOT
+    from latsim.oracle.differential import REPO_ROOT
     from tests.differential.conftest import require_reference_python
 
     python = require_reference_python()
@@ -175,7 +175,7 @@ def test_latsim_is_50x_cheaper_per_step_than_vllms_scheduler(oracle):
     """
     import numpy as np
 
-    from latsim.engine.simulate import simulate
+    from latsim.sim.simulate import simulate
     from latsim.workload.trace import RequestTrace
     from tests.engine.conftest import LinearCost, small_deployment
 

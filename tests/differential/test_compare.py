@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from latsim.engine.differential import (
+from latsim.oracle.differential import (
     BRIDGE,
     Case,
     OracleError,
@@ -15,7 +15,7 @@ from latsim.engine.differential import (
     record_from_json,
     report,
 )
-from latsim.engine.steprecord import StepRecord, StreamRequest
+from latsim.oracle.steprecord import StepRecord, StreamRequest
 from tests.script_module import load_script
 
 

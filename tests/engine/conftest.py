@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from latsim.catalog.lookup import load_device, load_model
-from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.batch import BatchShape, NoHostTerms
 from latsim.deployment import Deployment, EngineConfig
 
 
-class LinearCost:
+class LinearCost(NoHostTerms):
     """Step time = base + per_token * tokens + per_kv * KV entries read (seconds)."""
 
     kind = "test-linear"

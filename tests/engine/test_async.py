@@ -15,11 +15,11 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from latsim.engine import schedulers
-from latsim.engine.differential import format_step
-from latsim.engine.simulate import simulate
-from latsim.engine.steprecord import StreamRequest
-from latsim.engine.stream import run_latsim_scheduler
+from latsim.engines.vllm import engine as schedulers
+from latsim.oracle.differential import format_step
+from latsim.oracle.steprecord import StreamRequest
+from latsim.oracle.stream import run_latsim_scheduler
+from latsim.sim.simulate import simulate
 from latsim.workload.trace import RequestTrace
 from tests.engine.conftest import LinearCost, small_deployment
 

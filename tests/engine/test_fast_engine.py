@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from latsim.engine import schedulers
-from latsim.engine.cohort import DecodeCohort
-from latsim.engine.request import Req
-from latsim.engine.simulate import simulate
+from latsim.engines.vllm import engine as schedulers
+from latsim.engines.vllm.cohort import DecodeCohort
+from latsim.sim.request import Req
+from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
 from latsim.workload.trace import RequestTrace
 from tests.engine.conftest import LinearCost, small_deployment

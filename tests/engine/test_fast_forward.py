@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from latsim.engine.simulate import simulate
+from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
 from tests.engine.conftest import LinearCost, small_deployment
 

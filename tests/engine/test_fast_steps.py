@@ -16,11 +16,11 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from latsim.engine.fastsched import FastVllmScheduler
-from latsim.engine.recorder import Recorder
-from latsim.engine.request import Req
-from latsim.engine.scheduler import SchedulerLimits, VllmScheduler
-from latsim.engine.shape import step_shape
+from latsim.engines.vllm.fastsched import FastVllmScheduler
+from latsim.engines.vllm.scheduler import SchedulerLimits, VllmScheduler
+from latsim.sim.recorder import Recorder
+from latsim.sim.request import Req
+from latsim.sim.shape import step_shape
 from tests.engine.conftest import LinearCost
 
 FIELDS = ("num_computed", "generated", "num_blocks", "last_token", "first_token", "first_scheduled", "finish",

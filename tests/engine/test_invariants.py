@@ -12,10 +12,10 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from latsim.engine.simulate import simulate
-from latsim.engine.steprecord import StreamRequest
-from latsim.engine.stream import run_latsim_scheduler
 from latsim.metrics.summary import littles_law
+from latsim.oracle.steprecord import StreamRequest
+from latsim.oracle.stream import run_latsim_scheduler
+from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
 from tests.engine.conftest import LinearCost, small_deployment
 
@@ -83,7 +83,7 @@ def test_more_load_keeps_throughput_at_the_offered_load_while_stable():
 
 SNIPPET = """
 import hashlib, numpy as np
-from latsim.engine.simulate import simulate
+from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
 from tests.engine.conftest import small_deployment
 t = synthesize(20.0, 300, "poisson", "lognormal:median=400,sigma=0.8", 120, np.random.default_rng(5))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from latsim.engine.kvcache import BlockPool
-from latsim.engine.kvmanager import KVManager
-from latsim.engine.request import Req
+from latsim.sim.kvcache import BlockPool
+from latsim.sim.kvmanager import KVManager
+from latsim.sim.request import Req
 
 
 def queue(pool: BlockPool) -> list:

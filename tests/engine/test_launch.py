@@ -1,4 +1,4 @@
-"""Graph-less step launches under asynchronous scheduling (:mod:`latsim.engine.launch`)."""
+"""Graph-less step launches under asynchronous scheduling (:mod:`latsim.engines.vllm.launch`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.host import HostOverhead, HostOverlapCostModel
-from latsim.engine.launch import LaunchClock, release_held
-from latsim.engine.request import Req
-from latsim.engine.simulate import simulate
+from latsim.engines.vllm.launch import LaunchClock
+from latsim.sim.request import Req
+from latsim.sim.simulate import simulate
 from latsim.workload.trace import RequestTrace
 from tests.engine.conftest import LinearCost, small_deployment
 from tests.engine.test_fast_engine import assert_identical, random_trace
@@ -60,15 +60,13 @@ def test_after_idle_no_earlier_step_is_held() -> None:
     assert clock.held == {} and decision == pytest.approx(1.02) and end == pytest.approx(1.022)
 
 
-def test_release_held_moves_first_token_and_finish_stamped_at_a_held_step_end() -> None:
+def test_release_moves_first_token_and_finish_stamped_at_a_held_step_end() -> None:
     a, b, c = Req(0, 0.0, 10, 2), Req(1, 0.0, 10, 2), Req(2, 0.0, 10, 2)
     a.first_token, a.finish = 1.0, 2.0
     b.first_token, b.finish = 0.5, 1.0
     c.first_token, c.finish = 1.0, math.nan
-    for r in (a, b):
-        r.replica = 0
-    c.replica = 1  # another replica: its clock holds nothing
-    release_held([a, b, c], {0: LaunchClock(held={1.0: 1.015}), 1: LaunchClock()})
+    LaunchClock(held={1.0: 1.015}).release([a, b])
+    LaunchClock().release([c])  # another replica: its clock holds nothing
     assert (a.first_token, a.finish) == (1.015, 2.0)
     assert (b.first_token, b.finish) == (0.5, 1.015)
     assert c.first_token == 1.0 and math.isnan(c.finish)

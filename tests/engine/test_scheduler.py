@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from latsim.engine.steprecord import StreamRequest
-from latsim.engine.stream import run_latsim_scheduler
+from latsim.oracle.steprecord import StreamRequest
+from latsim.oracle.stream import run_latsim_scheduler
 
 
 def stream(n, prompt, output, step=0, group=-1, prefix=0):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from latsim.cli import main
-from latsim.engine.simulate import simulate
+from latsim.sim.simulate import simulate
 from latsim.workload.trace import RequestTrace
 from tests.engine.conftest import LinearCost, small_deployment
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from latsim.cli import main
-from latsim.costmodel.host import reference_probe_s
+from latsim.engines.vllm.host_terms import reference_probe_s
 from latsim.validate.compare import (
     CLIENT_LAG_LIMIT_S,
     METRICS,

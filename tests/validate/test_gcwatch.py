@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from latsim.validate.gcwatch import GcWatch
+from latsim.measure.gcwatch import GcWatch
 
 
 class Node:

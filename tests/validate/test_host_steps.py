@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from latsim.validate.records import RequestRecord, write_run
+from latsim.measure.records import RequestRecord, write_run
 from tests.script_module import load_script
 
 

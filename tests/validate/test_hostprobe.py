@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from latsim.validate.hostprobe import COLUMNS, SLOW_RATIO, HostProbe, baseline_s, host_speed, parse_rows, summarize
+from latsim.measure.hostprobe import COLUMNS, SLOW_RATIO, HostProbe, baseline_s, host_speed, parse_rows, summarize
 
 LINUX = Path("/proc/stat").is_file()
 
@@ -61,7 +61,7 @@ def test_probe_stops_promptly() -> None:
 
 
 def test_threads_that_exit_between_readings_are_left_out() -> None:
-    from latsim.validate.hostprobe import busiest, sched_totals, thread_deltas
+    from latsim.measure.hostprobe import busiest, sched_totals, thread_deltas
     before = {(1, 1): (1.0, 0.1), (1, 2): (5.0, 0.5), (1, 4): (2.0, 0.0)}
     after = {(1, 1): (1.2, 0.15), (1, 3): (0.1, 0.0), (1, 4): (2.1, 0.0)}
     assert sched_totals(thread_deltas(before, after)) == pytest.approx((0.3, 0.05))
@@ -72,7 +72,7 @@ def test_threads_that_exit_between_readings_are_left_out() -> None:
 
 
 def test_machine_fractions_from_two_readings() -> None:
-    from latsim.validate.hostprobe import machine_fractions
+    from latsim.measure.hostprobe import machine_fractions
     assert machine_fractions((1000, 400, 10), (2000, 900, 60)) == pytest.approx((0.5, 0.05))
     assert machine_fractions(None, (2000, 900, 60)) == (None, None)
     assert machine_fractions((1000, 400, 10), (1000, 400, 10)) == (None, None)

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from latsim.validate.http_driver import HttpOptions, completions_url, run_http
-from latsim.validate.loadgen import LoadSpec
-from latsim.validate.records import load_run
-from latsim.validate.testserver import ServerSchedule, StreamingTestServer
+from latsim.measure.http_driver import HttpOptions, completions_url, run_http
+from latsim.measure.loadgen import LoadSpec
+from latsim.measure.records import load_run
+from latsim.measure.testserver import ServerSchedule, StreamingTestServer
 from latsim.workload.trace import RequestTrace
 
 TOL_S = 0.010  # asyncio timers on a loaded 2-core machine: a few ms either way

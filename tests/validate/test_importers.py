@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from latsim.validate.importers import import_aiperf, import_vllm_bench
-from latsim.validate.records import load_run
+from latsim.measure.importers import import_aiperf, import_vllm_bench
+from latsim.measure.records import load_run
 
 DATA = Path(__file__).parent / "data"
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from latsim.engine.memory import plan_memory
+from latsim.engines.vllm.memory import plan_memory
+from latsim.measure.records import read_meta
 from latsim.validate.compare import deployment_for
-from latsim.validate.records import read_meta
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "validation"
 RUNS = {"llama-3.1-8b": "h200/llama-3.1-8b-mix/f0.25", "llama-2-7b": "h200/llama-2-7b-mix/f0.25",
         "llama-1b": "h200/llama-3.2-1b-mix/f0.25", "qwen3-30b-a3b": "h200/qwen3-30b-a3b-mix/f0.25",
         "llama-3.1-8b-tp2": "h200-tp2/llama-3.1-8b-mix/f0.25"}
-# Dense models at TP=1 were used to fit engine/data/memory.yaml; the MoE model and TP=2 are held out.
+# Dense models at TP=1 were used to fit data/engines/vllm/memory.yaml; the MoE model and TP=2 are held out.
 TOLERANCE = {"llama-3.1-8b": 0.005, "llama-2-7b": 0.005, "llama-1b": 0.005, "qwen3-30b-a3b": 0.05,
              "llama-3.1-8b-tp2": 0.02}
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from latsim.validate.measurement import SIM_COLUMNS, Measurement, chunk_itl
-from latsim.validate.records import FORMAT, RequestRecord, load_run, write_run
+from latsim.measure.measurement import SIM_COLUMNS, Measurement, chunk_itl
+from latsim.measure.records import FORMAT, RequestRecord, load_run, write_run
 
 
 def ok_record(rid: str, sent: float, ttft: float = 0.05, gap: float = 0.01, n: int = 4,

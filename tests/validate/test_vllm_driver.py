@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from latsim.validate.loadgen import LoadSpec
-from latsim.validate.records import load_run
-from latsim.validate.vllm_driver import (
+from latsim.measure.loadgen import LoadSpec
+from latsim.measure.records import load_run
+from latsim.measure.vllm_driver import (
     EngineSession,
     EngineSettings,
     Level,
@@ -223,8 +223,8 @@ def test_level_name_must_be_a_plain_directory_name() -> None:
 
 
 def test_imports_pull_in_neither_simpy_nor_vllm() -> None:
-    code = ("import sys, runpy; import latsim.validate.vllm_driver, latsim.validate.http_driver, "
-            "latsim.validate.importers; runpy.run_path('scripts/device_measure.py'); "
+    code = ("import sys, runpy; import latsim.measure.vllm_driver, latsim.measure.http_driver, "
+            "latsim.measure.importers; runpy.run_path('scripts/device_measure.py'); "
             "bad = {'simpy', 'vllm', 'torch'} & set(sys.modules); assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=60)
 

@@ -8,8 +8,8 @@ loudly. A plain ``python -m pytest`` in an environment without vLLM does not col
 directory (``tests/differential/conftest.py``) unless it is named on the command line.
 
 The reference environment has vLLM, torch and numpy but none of latsim's own dependencies, so
-these tests import only pure-Python latsim modules (``latsim.engine.steprecord``,
-``latsim.engine.vllm_exact``); the repository root is put on ``sys.path`` because latsim is
+these tests import only pure-Python latsim modules (``latsim.oracle.steprecord``,
+``latsim.oracle.vllm_exact``); the repository root is put on ``sys.path`` because latsim is
 not installed there.
 """
 
@@ -36,6 +36,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def run_vllm():
     """``run_vllm_scheduler`` itself: a test reads like a call of the adapter."""
-    from latsim.engine.vllm_exact import run_vllm_scheduler
+    from latsim.oracle.vllm_exact import run_vllm_scheduler
 
     return run_vllm_scheduler

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from latsim.engine.steprecord import StepRecord, StreamRequest
+from latsim.oracle.steprecord import StepRecord, StreamRequest
 
 ISSUE_EXAMPLE = dict(num_gpu_blocks=4096, max_num_seqs=64, max_num_batched_tokens=8192, max_model_len=4096)
 

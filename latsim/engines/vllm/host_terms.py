@@ -1,0 +1,68 @@
+"""vLLM 0.25.1's fitted host-side step terms (``latsim/data/engines/vllm/host.yaml``).
+
+The file is written by the scripts that fit or measure its terms (``scripts/fit_engine_host.py``,
+``scripts/host_steps.py``, ``scripts/launch_gaps.py --write``), each entry with the inputs,
+command, commit and date that produced it; ``docs/step-time-model.md`` explains the model.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import yaml
+
+from latsim.costmodel.host import TERMS, HostOverhead
+from latsim.paths import engine_data
+
+HOST_TERMS_KEY = "vllm-0.25.1"
+"""The entry of ``host.yaml`` that describes the engine latsim models."""
+
+LAUNCH_FIELDS = ("launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launch_sigma")
+CPU_FIELDS = ("step_s", "seq_s", "frontend_s", *LAUNCH_FIELDS)
+"""The engine's CPU-side terms: they do not depend on the GPU model, so an entry may take them
+from another (``cpu_terms_from: <kind>``) rather than repeat them."""
+
+
+@lru_cache(maxsize=4)
+def default_host_overhead(kind: str, engine: str = HOST_TERMS_KEY) -> HostOverhead:
+    """The fitted host terms of ``engine`` for a GPU model of ``kind`` (``host.yaml``).
+
+    ``transferred`` uses the ``calibrated`` entry; a kind without an entry raises ValueError.
+    An entry with ``cpu_terms_from: OTHER`` takes :data:`CPU_FIELDS` from entry ``OTHER``.
+    """
+    data = _host_yaml()
+    key = "calibrated" if kind == "transferred" else kind
+    entry = _entry(data, engine, key)
+    if "cpu_terms_from" in entry:
+        cpu = _entry(data, engine, str(entry["cpu_terms_from"]))
+        entry = {**entry, **{name: cpu[name] for name in CPU_FIELDS if name in cpu}}
+    return HostOverhead(source=f"engines/vllm/host.yaml:{engine}/{key}",
+                        **{name: float(entry[name]) for name in TERMS if name in entry})
+
+
+@lru_cache(maxsize=4)
+def reference_probe_s(engine: str = HOST_TERMS_KEY) -> float:
+    """The host probe's workload time (:func:`latsim.measure.hostprobe.time_workload`, seconds)
+    on the host ``engine``'s CPU terms describe (``host_reference_probe_s`` in host.yaml):
+    a host where it takes twice as long has ``host_speed`` 0.5."""
+    try:
+        return float(_host_yaml()["engines"][engine]["host_reference_probe_s"])
+    except (KeyError, TypeError):
+        raise ValueError(f"host.yaml has no host_reference_probe_s for {engine!r}") from None
+
+
+@lru_cache(maxsize=1)
+def _host_yaml() -> Any:
+    """``host.yaml``, parsed once."""
+    return yaml.safe_load(engine_data("vllm", "host.yaml").read_text())
+
+
+def _entry(data: object, engine: str, key: str) -> dict:
+    try:
+        entry = data["engines"][engine][key]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise ValueError(f"host.yaml has no entry for {engine!r} / {key!r}") from None
+    if not isinstance(entry, dict):
+        raise ValueError(f"host.yaml entry {engine!r} / {key!r} is not a mapping")
+    return entry

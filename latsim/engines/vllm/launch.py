@@ -1,0 +1,85 @@
+"""Launching a step that runs without CUDA graphs, under asynchronous scheduling.
+
+vLLM 0.25.1's asynchronous engine loop, once step N-1's outputs have gone out: decide step
+N+1, launch it, wait for step N to finish, send out step N's outputs, decide step N+2, ...
+Launching a graph step is one replay (cheap; the cost model's host term covers the CPU time);
+a step too large for the captured graphs is launched kernel by kernel from Python, which takes
+``HostOverlapCostModel.launch_s`` (about 0.6 ms per dense layer on an H200 host, measured).
+Three things follow, all seen in the streamed token times of live runs
+(``docs/step-time-model.md``):
+
+- the outputs of the step before a graph-less step go out only when its launch ends, not when
+  that step ends (``held``: they are re-stamped after the simulation, :func:`release_held`);
+- the next decision waits for them, so a request that arrives during the launch still makes
+  the step after it (the decision time returned by :meth:`LaunchClock.step`);
+- a graph-less step ends no earlier than ``launch_tail_s`` after its launch ends (the GPU runs
+  its kernels as they are launched and finishes the last ones after).
+
+The launch starts when the step was decided.  Its duration varies from step to step (the
+launch gaps of one run spread over about +-30 % around their median): with ``launch_sigma`` > 0
+each launch is the priced one times ``exp(launch_sigma x Z)``, Z standard normal from the
+clock's own generator (seeded per replica, drawn in step order: the fast and the reference
+engine draw the same numbers).  Without a launch term (a plain cost model,
+synchronous scheduling, graph steps) nothing changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from latsim.costmodel.batch import BatchShape, CostModel
+from latsim.sim.request import Req
+
+
+@dataclass
+class LaunchClock:
+    """One replica's graph-less launches: the step end each step starts from, and the held outputs."""
+
+    held: dict[float, float] = field(default_factory=dict)
+    """Step end -> when that step's outputs went out (only steps whose outputs were held)."""
+    last_end: float = -math.inf
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def seed(self, seed: int, replica: int) -> None:
+        """Restart the launch-time generator for ``replica`` of a simulation seeded ``seed``."""
+        self.rng = np.random.default_rng([seed, replica, 0x1A])
+
+    def step(self, cost: CostModel, shape: BatchShape, decided: float, start: float, end: float) -> tuple[float, float]:
+        """``(end, next decision)`` of a step decided at ``decided`` and run from ``start`` to
+        ``end`` as the cost model priced it; records a held release of the step before."""
+        launch = cost.launch_s(shape)
+        if launch <= 0.0:
+            self.last_end = end
+            return end, start
+        sigma = cost.launch_sigma
+        if sigma > 0.0:
+            launch *= math.exp(sigma * float(self.rng.standard_normal()))
+        launch_end = decided + launch
+        tail_end = launch_end + cost.launch_tail_s
+        if tail_end > end:
+            end = tail_end
+        decision = start
+        if launch_end > start:
+            decision = launch_end
+            if self.last_end == start:  # outputs of the step just before, stamped at ``start``
+                self.held[start] = launch_end
+        self.last_end = end
+        return end, decision
+
+    def release(self, requests: Sequence[Req]) -> None:
+        """Re-stamp the first-token and finish times of ``requests`` (this replica's) that ended
+        a step whose outputs were held."""
+        held = self.held
+        if not held:
+            return
+        for req in requests:
+            first = held.get(req.first_token)
+            if first is not None:
+                req.first_token = first
+            finish = held.get(req.finish)
+            if finish is not None:
+                req.finish = finish

@@ -1,0 +1,149 @@
+"""The engine's memory plan: what the weights, activations and graphs leave for the KV cache.
+
+Follows vLLM's start-up arithmetic (see ``data/engines/vllm/memory.yaml``) per GPU of a tensor-
+parallel group, and reports every term so users can compare with the engine's own log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import yaml
+
+from latsim.catalog.models import DTYPE_BYTES, ModelSpec
+from latsim.catalog.sizing import weight_bytes
+from latsim.deployment import Deployment, EngineConfig, resolve_engine
+from latsim.paths import engine_data
+
+GIB = 2**30
+
+
+class DoesNotFitError(ValueError):
+    """The model cannot be served with this memory (message says needed vs available)."""
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory terms in bytes, the resulting KV blocks, and the usable context length."""
+
+    device_bytes: float
+    budget_bytes: float
+    weights_bytes: float
+    activation_bytes: float
+    non_torch_bytes: float
+    cuda_graph_bytes: float
+    kv_bytes: float
+    kv_bytes_per_token: float
+    num_blocks: int
+    block_size: int
+    max_model_len: int
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """vLLM's "GPU KV cache size" log line: ``num_blocks * block_size`` tokens.
+
+        (vLLM logs ``int(num_blocks / ceil(max_model_len / block_size) * max_model_len)``, the
+        same number when ``max_model_len`` is a multiple of ``block_size``.)  It counts the
+        null block; the scheduler can use :attr:`usable_blocks`.
+        """
+        return self.num_blocks * self.block_size
+
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks vLLM's scheduler can allocate: all but block 0, its null block."""
+        return self.num_blocks - 1
+
+    def as_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["kv_capacity_tokens"] = self.kv_capacity_tokens
+        return d
+
+
+@lru_cache(maxsize=1)
+def _coefficients() -> dict:
+    text = engine_data("vllm", "memory.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, kv_dtype: str, tp: int) -> float:
+    """KV bytes one token occupies on one GPU (KV heads are replicated when tp > kv heads)."""
+    kv_heads = max(1, model.num_kv_heads // tp)
+    return 2.0 * model.num_layers * kv_heads * model.head_dim * DTYPE_BYTES[kv_dtype]
+
+
+def activation_peak_bytes(model: ModelSpec, tp: int, engine: EngineConfig) -> float:
+    """Peak activation memory of the profiling forward pass vLLM runs at start-up."""
+    c = _coefficients()
+    tokens = float(engine.max_num_batched_tokens or 0)
+    per_token = (
+        c["activation_hidden_multiple"] * model.hidden_size
+        + c["activation_qkv_multiple"] * (model.q_size + 2 * model.kv_size) / tp
+        + c["activation_mlp_multiple"] * _mlp_width(model) / tp
+    ) * c["activation_bytes_per_element"]
+    sampler = float(engine.max_num_seqs or 0) * model.vocab_size * c["sampler_bytes_per_logit"] / tp
+    return (tokens * per_token + sampler) * c["profile_scale"]
+
+
+def _mlp_width(model: ModelSpec) -> int:
+    if model.is_moe:
+        return max(model.intermediate_size, model.moe_intermediate_size * model.experts_per_token)
+    return model.intermediate_size
+
+
+def plan_memory(deployment: Deployment) -> MemoryPlan:
+    """Size the KV cache of one replica; raise :class:`DoesNotFitError` when nothing is left."""
+    engine = resolve_engine(deployment)
+    model, tp, c = deployment.model, deployment.tp, _coefficients()
+    device_bytes = deployment.device.memory_bytes
+    budget = engine.gpu_memory_utilization * device_bytes
+    weights = weight_bytes(model, deployment.weight_dtype) / tp
+    activations = activation_peak_bytes(model, tp, engine)
+    non_torch = c["non_torch_bytes"] + (c["non_torch_bytes_per_extra_gpu"] if tp > 1 else 0.0)
+    graphs = c["cuda_graph_bytes"]
+    kv = budget - weights - activations - non_torch - graphs
+    per_token = kv_bytes_per_token_per_gpu(model, deployment.kv_dtype, tp)
+    bs = engine.block_size
+    if engine.num_gpu_blocks is not None:
+        num_blocks = engine.num_gpu_blocks
+    else:
+        num_blocks = int(kv // (per_token * bs)) if kv > 0 else 0
+    if num_blocks < 1:
+        raise DoesNotFitError(_does_not_fit_message(deployment, budget, weights + activations + non_torch + graphs))
+    max_len = _max_model_len(deployment, engine, num_blocks * bs, per_token)
+    return MemoryPlan(device_bytes, budget, weights, activations, non_torch, graphs, kv, per_token,
+                      num_blocks, bs, max_len)
+
+
+def _max_model_len(deployment: Deployment, engine: EngineConfig, capacity: int, per_token: float) -> int:
+    model_max = deployment.model.max_position_embeddings
+    wanted = engine.max_model_len or model_max
+    if engine.max_model_len is not None and engine.max_model_len > model_max:
+        raise ValueError(
+            f"max_model_len={engine.max_model_len} exceeds the {model_max} positions of {deployment.model.name}"
+        )
+    if wanted > capacity:
+        raise DoesNotFitError(
+            f"{deployment.model.name} with max_model_len={wanted} needs {wanted * per_token / GIB:.2f} GiB of KV "
+            f"cache per GPU for one full-length request, but only {capacity * per_token / GIB:.2f} GiB is left "
+            f"({capacity} tokens); set --max-model-len {capacity} or lower, raise --gpu-memory-utilization, "
+            f"or use a larger --tp"
+        )
+    return wanted
+
+
+def _does_not_fit_message(deployment: Deployment, budget: float, needed: float) -> str:
+    dev, model = deployment.device, deployment.model
+    per_gpu_weights = weight_bytes(model, deployment.weight_dtype)
+    suggestion = next(
+        (tp for tp in (2, 4, 8, 16) if tp > deployment.tp and model.num_heads % tp == 0
+         and per_gpu_weights / tp < 0.75 * budget and tp <= dev.max_gpus_per_node),
+        None,
+    )
+    hint = f"; try --tp {suggestion}" if suggestion else "; use a larger GPU, fp8/int4 weights, or more GPUs"
+    utilization = resolve_engine(deployment).gpu_memory_utilization
+    return (
+        f"{model.name} ({deployment.weight_dtype}) does not fit on {dev.name} at tp={deployment.tp}: it needs "
+        f"{needed / GIB:.1f} GiB per GPU before any KV cache, but gpu_memory_utilization "
+        f"{utilization} x {dev.memory_gib:.1f} GiB leaves {budget / GIB:.1f} GiB{hint}"
+    )

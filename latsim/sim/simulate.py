@@ -1,0 +1,172 @@
+"""``simulate(deployment, trace)``: the whole prediction in one call.
+
+Plans memory, builds one scheduler and replica per engine instance, replays the trace through
+the router on a SimPy clock, and returns per-request records plus a summary.  Same inputs and
+seed give identical results in any process (the only randomness is the bootstrap of the
+confidence intervals, drawn from ``seed``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from latsim.costmodel.batch import CostModel, StepPricer
+from latsim.costmodel.host import HostOverhead
+from latsim.deployment import Deployment, EngineConfig, resolve_engine
+from latsim.metrics.summary import SLO, summarize
+from latsim.sim.engine_spec import EngineSpec, KvPlan
+from latsim.sim.recorder import Recorder
+from latsim.sim.registry import engine_spec
+from latsim.sim.replica import Replica
+from latsim.sim.request import FINISHED, REJECTED, Req
+from latsim.sim.router import ArrivalFeed, make_router
+from latsim.workload.trace import RequestTrace
+
+STATUS = {FINISHED: "ok", REJECTED: "rejected"}
+
+
+@dataclass
+class SimulationResult:
+    """Per-request records (one row per request), ITL samples, and the summary dict."""
+
+    records: pd.DataFrame
+    itl_values_s: np.ndarray
+    itl_weights: np.ndarray
+    summary: dict
+    memory: KvPlan
+    extra: dict = field(default_factory=dict)
+
+
+def default_horizon(trace: RequestTrace) -> float:
+    """Simulated seconds after which unfinished requests are reported instead of waited for."""
+    if not len(trace):
+        return 0.0
+    last = float(trace.arrival_s[-1])
+    return last + max(600.0, 10.0 * trace.duration_s)
+
+
+def default_cost_model(deployment: Deployment, engine: EngineConfig, *, host: HostOverhead | None = None,
+                       gpu: StepPricer | None = None) -> CostModel:
+    """The deployment's cost model with the host terms of the resolved ``engine``: ``host``
+    (default: the engine's fitted ones) at the engine's ``host_speed``, around ``gpu``
+    (default: built for the deployment)."""
+    from latsim.costmodel.factory import build_cost_model, gpu_cost_model
+
+    spec = engine_spec(engine.engine)
+    d = deployment
+    gpu = gpu or gpu_cost_model(d.model, d.device, d.tp, d.weight_dtype, d.kv_dtype)
+    return build_cost_model(d.model, d.device, d.tp, d.weight_dtype, d.kv_dtype,
+                            asynchronous=spec.overlaps_host(engine), host=host or spec.host_terms(gpu.kind),
+                            graph_tokens=spec.graph_tokens(engine), gpu=gpu, host_speed=engine.host_speed)
+
+
+def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost_model: CostModel | None = None,
+             slo: SLO | None = None, horizon_s: float | None = None, fast_forward: bool = True) -> SimulationResult:
+    """Simulate ``trace`` served by ``deployment``; see :class:`SimulationResult`.
+
+    ``fast_forward=False`` runs the reference engine, one ``schedule``/``update`` per step: the
+    same results, several times slower (``tests/engine/test_fast_engine.py`` compares them).
+    The engine's ``async_scheduling`` (vLLM's default) sets both the scheduling rules and,
+    for the default cost model, whether host and GPU time overlap.
+    """
+    if not len(trace):
+        raise ValueError("the workload has no requests")
+    engine = resolve_engine(deployment)
+    spec = engine_spec(engine.engine)
+    memory = spec.plan_memory(deployment)
+    if cost_model is None:
+        cost_model = default_cost_model(deployment, engine)
+    horizon = default_horizon(trace) if horizon_s is None else horizon_s
+    requests = _requests(trace, memory.block_size)
+    env = simpy.Environment()
+    recorder = Recorder()
+    feed_holder: list[ArrivalFeed] = []
+    replicas = []
+    for index in range(deployment.replicas):
+        replica = Replica(env, index, *_schedulers(spec, engine, memory, fast_forward), cost_model, recorder,
+                          lambda: feed_holder[0].next_arrival(), horizon)
+        replica.scheduler.recorder = recorder
+        replica.launch.seed(seed, index)
+        replicas.append(replica)
+    feed = ArrivalFeed(env, requests, replicas, make_router(deployment.router), memory.max_model_len)
+    feed_holder.append(feed)
+    env.process(feed.process())
+    for replica in replicas:
+        env.process(replica.process())
+    env.run()
+    return _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, horizon)
+
+
+def _schedulers(spec: EngineSpec, engine: EngineConfig, memory: KvPlan, fast_forward: bool):
+    """``(scheduler, its fast-forward twin or None)`` of one replica."""
+    fast = spec.make_fast(engine, memory) if fast_forward else None
+    return (fast if fast is not None else spec.make_scheduler(engine, memory)), fast
+
+
+def _requests(trace: RequestTrace, block_size: int) -> list[Req]:
+    groups = trace.prefix_group if trace.prefix_group is not None else None
+    prefix = trace.prefix_tokens if trace.prefix_tokens is not None else None
+    arrival = trace.arrival_s.tolist()
+    prompt = trace.input_tokens.tolist()
+    target = trace.output_tokens.tolist()
+    if groups is None:
+        return [Req(i, arrival[i], prompt[i], target[i], block_size=block_size) for i in range(len(arrival))]
+    g, p = groups.tolist(), (prefix.tolist() if prefix is not None else [0] * len(arrival))
+    return [Req(i, arrival[i], prompt[i], target[i], g[i], p[i], block_size) for i in range(len(arrival))]
+
+
+def records_frame(requests: list[Req], frontend_s: float = 0.0) -> pd.DataFrame:
+    """The per-request DataFrame (columns documented in ``latsim.metrics``).
+
+    ``frontend_s`` (the cost model's front-end latency: handing a request to the engine and
+    streaming its tokens back) delays every token a request receives; it is added here, after
+    the simulation, because it does not change what the engine does.
+    """
+    status = [STATUS.get(r.state, "unfinished") for r in requests]
+    return pd.DataFrame({
+        "request_id": np.arange(len(requests)),
+        "replica": [r.replica for r in requests],
+        "arrival_s": [r.arrival for r in requests],
+        "first_scheduled_s": [r.first_scheduled for r in requests],
+        "first_token_s": [r.first_token + frontend_s for r in requests],
+        "finish_s": [r.finish + frontend_s for r in requests],
+        "input_tokens": [r.prompt for r in requests],
+        "output_tokens": [r.target for r in requests],
+        "cached_tokens": [r.cached_tokens for r in requests],
+        "preemptions": [r.preemptions for r in requests],
+        "status": status,
+    })
+
+
+def _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, horizon) -> SimulationResult:
+    for replica in replicas:
+        replica.launch.release([r for r in requests if r.replica == replica.index])
+    records = records_frame(requests, cost_model.frontend_s)
+    itl_values, itl_weights = recorder.itl_samples()
+    rng = np.random.default_rng(seed)
+    summary = summarize(records, itl_values, itl_weights, slo=slo, rng=rng)
+    peak = max(r.peak_blocks_used for r in replicas)
+    unfinished = int((records["status"] == "unfinished").sum())
+    summary.update({
+        "kv_capacity_tokens": memory.kv_capacity_tokens,
+        "kv_blocks": memory.num_blocks,
+        "kv_peak_utilization": peak / max(memory.usable_blocks, 1),
+        "max_model_len": memory.max_model_len,
+        "cost_model": cost_model.kind,
+        "engine_steps": recorder.num_steps,
+        "offered_rps": _offered_rate(trace),
+        "stable": unfinished == 0,
+        "horizon_s": horizon if not math.isinf(horizon) else None,
+    })
+    return SimulationResult(records, itl_values, itl_weights, summary, memory,
+                            {"cost_model": cost_model.describe()})
+
+
+def _offered_rate(trace: RequestTrace) -> float | None:
+    span = trace.duration_s
+    return (len(trace) - 1) / span if span > 0 else None
