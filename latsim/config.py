@@ -1,11 +1,18 @@
-"""Deployment files (``--config deployment.yaml``): validated with pydantic, merged with flags.
+"""Every prediction setting, declared once.
 
-A file holds the same settings as ``latsim predict``'s flags, grouped::
+:class:`Settings` lists the settings with their help and where they live in a deployment file
+(``section``).  From this one list come ``predict``'s command-line options
+(:func:`latsim.cli.options.with_settings`), the deployment-file schema
+(:data:`DeploymentFile`), and, with the field defaults of
+:class:`~latsim.deployment.Deployment` and :class:`~latsim.deployment.EngineConfig`, the
+defaults (:data:`latsim.scenario.DEFAULTS`).  A new knob is one field here plus its use.
+
+A deployment file groups the same settings::
 
     model: llama-3.1-70b
     device: h100
     tp: 4
-    engine: {max_num_seqs: 256, enable_prefix_caching: false}
+    engine: {name: vllm, max_num_seqs: 256, enable_prefix_caching: false}
     workload: {qps: 8, input_dist: "lognormal:median=600,sigma=0.8", output_len: 200}
 
 Flags given on the command line win over the file.  Errors name the file, the field and what
@@ -14,70 +21,104 @@ is accepted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+SECTIONS = ("top", "engine", "workload")
+
+
+def setting(help: str, section: str = "top", *, flag: str | None = None, file_key: str | None = None,
+            default: Any = None) -> Any:
+    """A :class:`Settings` field: ``None`` (not given) unless set, with its metadata.
+
+    ``flag``: the command-line option when it is not ``--`` + the name with dashes;
+    ``file_key``: the key in the deployment file's section when it is not the name;
+    ``default``: the default of a setting that is not a Deployment/EngineConfig field.
+    """
+    assert section in SECTIONS
+    return field(default=None, metadata={"help": help, "section": section, "flag": flag, "file_key": file_key,
+                                         "default": default})
 
 
 @dataclass
 class Settings:
     """Every prediction setting; ``None`` means "not given" (a file or the default fills it)."""
 
-    model: str | None = None
-    device: str | None = None
-    tp: int | None = None
-    replicas: int | None = None
-    router: str | None = None
-    weight_dtype: str | None = None
-    kv_dtype: str | None = None
-    engine: str | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    block_size: int | None = None
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    enable_chunked_prefill: bool | None = None
-    enable_prefix_caching: bool | None = None
-    async_scheduling: bool | None = None
-    num_gpu_blocks: int | None = None
-    host_speed: float | None = None
-    qps: float | None = None
-    trace: str | None = None
-    arrival: str | None = None
-    input_len: int | None = None
-    input_dist: str | None = None
-    output_len: int | None = None
-    output_dist: str | None = None
-    num_requests: int | None = None
-    seed: int | None = None
+    model: str | None = setting("Catalog name (see `latsim models`) or a Hugging Face config.json path",
+                                default="llama-3.1-8b")
+    device: str | None = setting("GPU name (see `latsim devices`)", default="h100")
+    tp: int | None = setting("Tensor-parallel GPUs per replica")
+    replicas: int | None = setting("Engine replicas behind the router")
+    router: str | None = setting("round-robin | least-outstanding")
+    weight_dtype: str | None = setting("bf16 | fp16 | fp8 | int8 | int4")
+    kv_dtype: str | None = setting("KV-cache dtype: bf16 | fp16 | fp8", flag="--kv-cache-dtype")
+    engine: str | None = setting("vllm | static | vllm-exact (vLLM's own scheduler, ~0.5 ms/step)", "engine",
+                                 file_key="name")
+    max_num_seqs: int | None = setting("Most requests in a step (default: vLLM's for the GPU)", "engine")
+    max_num_batched_tokens: int | None = setting("Token budget of a step (default: vLLM's for the GPU)", "engine")
+    block_size: int | None = setting("KV-cache block size in tokens", "engine")
+    gpu_memory_utilization: float | None = setting("Share of GPU memory the engine may use", "engine")
+    max_model_len: int | None = setting("Longest request, prompt + output (default: the model's)", "engine")
+    enable_chunked_prefill: bool | None = setting("Chunked prefill", "engine", flag="--chunked-prefill")
+    enable_prefix_caching: bool | None = setting("Prefix caching", "engine", flag="--prefix-caching")
+    async_scheduling: bool | None = setting("vLLM's asynchronous scheduling (off: its synchronous loop)", "engine")
+    num_gpu_blocks: int | None = setting("Override the KV blocks the memory plan gives", "engine")
+    host_speed: float | None = setting("Serving host's CPU speed vs the one latsim's engine CPU terms describe "
+                                       "(0.5: half as fast; see `latsim host-speed`)", "engine")
+    qps: float | None = setting("Mean request rate (req/s)", "workload", default=8.0)
+    trace: str | None = setting("Trace file: latsim JSONL/CSV or Azure CSV (instead of --qps and lengths)",
+                                "workload")
+    arrival: str | None = setting("poisson | gamma:cv=2 | constant | burst", "workload", default="poisson")
+    input_len: int | None = setting("Fixed prompt length", "workload")
+    input_dist: str | None = setting("Prompt length spec, e.g. lognormal:median=600,sigma=0.8", "workload",
+                                     default="lognormal:median=600,sigma=0.8,min=16,max=4096")
+    output_len: int | None = setting("Fixed output length", "workload")
+    output_dist: str | None = setting("Output length spec", "workload",
+                                      default="lognormal:median=150,sigma=0.6,min=8,max=1024")
+    num_requests: int | None = setting("Requests to simulate (default 1000)", "workload")
+    seed: int | None = setting("Random seed", "workload", default=0)
 
 
+def keys_of(section: str) -> tuple[str, ...]:
+    """The :class:`Settings` names of deployment-file ``section`` (``top``, ``engine``, ``workload``)."""
+    return tuple(f.name for f in fields(Settings) if f.metadata["section"] == section)
 
-ENGINE_KEYS = ("engine", "max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",
-               "max_model_len", "enable_chunked_prefill", "enable_prefix_caching", "async_scheduling",
-               "num_gpu_blocks", "host_speed")
-WORKLOAD_KEYS = ("qps", "trace", "arrival", "input_len", "input_dist", "output_len", "output_dist",
-                 "num_requests", "seed")
+
+def file_key(name: str) -> str:
+    """The deployment-file key of setting ``name``."""
+    meta = next(f.metadata for f in fields(Settings) if f.name == name)
+    return str(meta["file_key"] or name)
+
+
+ENGINE_KEYS = keys_of("engine")
+WORKLOAD_KEYS = keys_of("workload")
 """Settings grouped under ``engine:`` and ``workload:`` in a file; the others sit at the top."""
 
-_STRICT = ConfigDict(extra="forbid")
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 def _section(name: str, keys: tuple[str, ...], **extra: Any) -> type[BaseModel]:
     """A strict pydantic model with ``keys`` of :class:`Settings` (same types, default None)."""
     hints = get_type_hints(Settings)
-    spec: dict[str, Any] = {k: (hints[k], None) for k in keys}
+    spec: dict[str, Any] = {k: (hints[k], Field(None, alias=file_key(k))) for k in keys}
     return create_model(name, __config__=_STRICT, **spec, **extra)
 
 
 EngineSection = _section("EngineSection", ENGINE_KEYS)
 WorkloadSection = _section("WorkloadSection", WORKLOAD_KEYS)
-_TOP_KEYS = tuple(f.name for f in fields(Settings) if f.name not in ENGINE_KEYS + WORKLOAD_KEYS)
-DeploymentFile = _section("DeploymentFile", _TOP_KEYS, engine=(EngineSection, EngineSection()),
+DeploymentFile = _section("DeploymentFile", keys_of("top"), engine=(EngineSection, EngineSection()),
                           workload=(WorkloadSection, WorkloadSection()))
+
+
+def file_settings(file: BaseModel) -> dict[str, Any]:
+    """The settings a validated :data:`DeploymentFile` gives, by :class:`Settings` name (unset: None)."""
+    flat = file.model_dump(exclude={"engine", "workload"})
+    flat.update(getattr(file, "engine").model_dump(), **getattr(file, "workload").model_dump())
+    return flat
 
 
 def load_deployment_file(path: str | Path) -> Any:
@@ -87,6 +128,10 @@ def load_deployment_file(path: str | Path) -> Any:
         raw: Any = yaml.safe_load(p.read_text())
     except FileNotFoundError:
         raise ValueError(f"deployment file {p} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"deployment file {p} is a directory, not a YAML file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"deployment file {p} is not text (UTF-8 YAML expected)") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"deployment file {p} is not valid YAML: {exc}") from None
     if raw is None:

@@ -6,36 +6,35 @@ Python API and examples agree on them.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 
 import numpy as np
 from pydantic import BaseModel
 
 from latsim.catalog.lookup import load_device, load_model
-from latsim.config import Settings
+from latsim.config import Settings, file_settings
 from latsim.deployment import Deployment, EngineConfig
 from latsim.workload.generate import synthesize
 from latsim.workload.io import read_trace
 from latsim.workload.trace import RequestTrace
 
-DEFAULTS = Settings(
-    model="llama-3.1-8b", device="h100", tp=1, replicas=1, router="round-robin", weight_dtype="bf16",
-    kv_dtype="bf16", engine="vllm", block_size=16, gpu_memory_utilization=0.92, enable_chunked_prefill=True,
-    enable_prefix_caching=True, async_scheduling=True, host_speed=1.0, qps=8.0, arrival="poisson",
-    input_dist="lognormal:median=600,sigma=0.8,min=16,max=4096",
-    output_dist="lognormal:median=150,sigma=0.6,min=8,max=1024",
-    num_requests=None, seed=0,
-)
+def _defaults() -> Settings:
+    """The default of every setting: a Deployment or EngineConfig field's default, else the
+    ``default`` declared with the setting (:func:`latsim.config.setting`)."""
+    declared = {f.name: f.default for f in fields(Deployment) if f.default is not MISSING}
+    declared.update({f.name: f.default for f in fields(EngineConfig) if f.default is not MISSING})
+    return Settings(**{f.name: declared.get(f.name, f.metadata["default"]) for f in fields(Settings)})
+
+
+DEFAULTS = _defaults()
+"""What an unspecified prediction uses (engine knobs left None take the engine's own defaults)."""
 DEFAULT_NUM_REQUESTS = 1000
 
 
 def merge(flags: Settings, file: BaseModel | None) -> Settings:
     """Flags win over the file (a validated :data:`~latsim.config.DeploymentFile`), the file over
     :data:`DEFAULTS`."""
-    from_file: dict = {}
-    if file is not None:
-        from_file = file.model_dump()
-        from_file.update(from_file.pop("engine"), **from_file.pop("workload"))
+    from_file = file_settings(file) if file is not None else {}
     merged = {}
     for f in fields(Settings):
         for source in (getattr(flags, f.name), from_file.get(f.name), getattr(DEFAULTS, f.name)):
@@ -58,8 +57,9 @@ def _lengths_given_together(flags: Settings, merged: dict) -> None:
             merged[dist] = None
 
 
-ENGINE_KEYS = tuple(f.name for f in fields(EngineConfig) if f.name != "static_batch_size")
-DEPLOYMENT_KEYS = ("tp", "replicas", "router", "weight_dtype", "kv_dtype")
+ENGINE_KEYS = tuple(f.name for f in fields(EngineConfig) if f.name in {s.name for s in fields(Settings)})
+DEPLOYMENT_KEYS = tuple(f.name for f in fields(Deployment) if f.name in {s.name for s in fields(Settings)}
+                        and f.name not in ("model", "device", "engine"))
 
 
 def build_deployment(s: Settings) -> Deployment:

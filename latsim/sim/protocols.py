@@ -45,7 +45,9 @@ class Scheduler(Protocol):
 
     recorder: Recorder | None
     zombies: list[Req]
-    launch: ReleaseClock
+
+    @property
+    def launch(self) -> ReleaseClock: ...
 
     @property
     def async_scheduling(self) -> bool: ...

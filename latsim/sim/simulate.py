@@ -20,6 +20,7 @@ from latsim.costmodel.host import HostOverhead
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.metrics.summary import SLO, summarize
 from latsim.sim.engine_spec import EngineSpec, KvPlan
+from latsim.sim.protocols import FastForward, Scheduler
 from latsim.sim.recorder import Recorder
 from latsim.sim.registry import engine_spec
 from latsim.sim.replica import Replica
@@ -88,8 +89,9 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
     feed_holder: list[ArrivalFeed] = []
     replicas = []
     for index in range(deployment.replicas):
-        replica = Replica(env, index, *_schedulers(spec, engine, memory, fast_forward), cost_model, recorder,
-                          lambda: feed_holder[0].next_arrival(), horizon)
+        scheduler, fast = _schedulers(spec, engine, memory, fast_forward)
+        replica = Replica(env, index, scheduler, fast, cost_model, recorder, lambda: feed_holder[0].next_arrival(),
+                          horizon)
         replica.scheduler.recorder = recorder
         replica.launch.seed(seed, index)
         replicas.append(replica)
@@ -102,7 +104,8 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
     return _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, horizon)
 
 
-def _schedulers(spec: EngineSpec, engine: EngineConfig, memory: KvPlan, fast_forward: bool):
+def _schedulers(spec: EngineSpec, engine: EngineConfig, memory: KvPlan,
+                fast_forward: bool) -> tuple[Scheduler, FastForward | None]:
     """``(scheduler, its fast-forward twin or None)`` of one replica."""
     fast = spec.make_fast(engine, memory) if fast_forward else None
     return (fast if fast is not None else spec.make_scheduler(engine, memory)), fast

@@ -1,0 +1,25 @@
+"""``latsim calibrate``: microbenchmark a GPU and fit its calibrated cost model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from latsim.cli.app import Opt, app
+
+
+@app.command()
+def calibrate(
+    device: Annotated[str, Opt(help="Catalog GPU name, or auto to detect")] = "auto",
+    quick: Annotated[bool, Opt("--quick", help="The quick grid (about 20 s on an H200)")] = False,
+    out: Annotated[Path | None, Opt(help="Output folder (default: the shipped profile of the device)")] = None,
+    resume: Annotated[bool, Opt("--resume/--restart", help="Skip points already measured in --out")] = True,
+    fit_only: Annotated[bool, Opt("--fit-only", help="Re-fit the regressors from existing tables")] = False,
+    profile: Annotated[Path | None, Opt(help="Profile folder for --fit-only")] = None,
+    backend: Annotated[str, Opt(help="cuda | cpu (a tiny test run on the CPU)")] = "cuda",
+) -> None:
+    """Microbenchmark the GPU's operators and fit the calibrated cost model."""
+    from latsim.calibration.cli import calibrate_command
+
+    calibrate_command(device=device, quick=quick, out=out, resume=resume, fit_only=fit_only, backend=backend,
+                      profile=profile, console=out)

@@ -1,0 +1,57 @@
+"""``latsim validate``: replay measured runs and report the prediction's signed errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from latsim.cli.app import Opt, UserError, app, out
+
+
+@app.command()
+def validate(
+    run: Annotated[Path, typer.Argument(help="A measured run directory, or a folder of them")],
+    device: Annotated[str, Opt(help="GPU the run was measured on")] = "h200",
+    out_dir: Annotated[Path | None, Opt("--out", help="Write errors.csv and validation.png here")] = None,
+    as_json: Annotated[bool, Opt("--json")] = False,
+    seed: Annotated[int, Opt()] = 0,
+    host_speed: Annotated[str, Opt(help="Host CPU speed to replay with: a number, or 'probe' (each level's "
+                                   "host-probe median against the reference; a diagnostic)")] = "1",
+) -> None:
+    """Replay measured runs in the simulator and print signed errors (predicted vs measured)."""
+    from latsim.report.tables import validation_table
+    from latsim.validate.compare import CLIENT_LAG_LIMIT_S, compare_run, error_table, find_runs, headline
+
+    if not run.exists():
+        raise UserError(f"{run} does not exist")
+    speed = host_speed if host_speed == "probe" else _number("--host-speed", host_speed)
+    levels = [compare_run(r, device, seed=seed, host_speed=speed) for r in find_runs(run)]
+    table = error_table(levels)
+    if out_dir:
+        from latsim.atomic import atomic_write_text
+        from latsim.report.figures import validation_figure
+
+        atomic_write_text(out_dir / "errors.csv", table.to_csv(index=False))
+        validation_figure(levels, out_dir / "validation.png", title=str(run))
+    if as_json:
+        print(table.to_json(orient="records"))
+        return
+    out.print(validation_table(table))
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+    out.print("median |error| over Poisson levels:")
+    out.print(headline(table).to_string(float_format=pct))
+    bound = sorted({f"{lv.run_dir}" for lv in levels if lv.client_bound})
+    if bound:
+        out.print(f"client-bound runs (send lag p99 > {CLIENT_LAG_LIMIT_S * 1e3:.0f} ms; the client, not the "
+                  f"engine, set their latencies): {', '.join(bound)}")
+        out.print("median |error| over Poisson levels, client-bound runs left out:")
+        out.print(headline(table, engine_bound_only=True).to_string(float_format=pct))
+
+
+def _number(flag: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"{flag} must be a number or 'probe', got {text!r}") from None
