@@ -117,7 +117,7 @@ DeploymentFile = _section("DeploymentFile", keys_of("top"), engine=(EngineSectio
 def file_settings(file: BaseModel) -> dict[str, Any]:
     """The settings a validated :data:`DeploymentFile` gives, by :class:`Settings` name (unset: None)."""
     flat = file.model_dump(exclude={"engine", "workload"})
-    flat.update(getattr(file, "engine").model_dump(), **getattr(file, "workload").model_dump())
+    flat.update(file.engine.model_dump(), **file.workload.model_dump())
     return flat
 
 

@@ -18,6 +18,7 @@ from latsim.workload.generate import synthesize
 from latsim.workload.io import read_trace
 from latsim.workload.trace import RequestTrace
 
+
 def _defaults() -> Settings:
     """The default of every setting: a Deployment or EngineConfig field's default, else the
     ``default`` declared with the setting (:func:`latsim.config.setting`)."""

@@ -22,4 +22,4 @@ def calibrate(
     from latsim.calibration.cli import calibrate_command
 
     calibrate_command(device=device, quick=quick, out=out, resume=resume, fit_only=fit_only, backend=backend,
-                      profile=profile, console=out)
+                      profile=profile, console=console)
