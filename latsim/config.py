@@ -116,9 +116,9 @@ DeploymentFile = _section("DeploymentFile", keys_of("top"), engine=(EngineSectio
 
 def file_settings(file: BaseModel) -> dict[str, Any]:
     """The settings a validated :data:`DeploymentFile` gives, by :class:`Settings` name (unset: None)."""
-    flat = file.model_dump(exclude={"engine", "workload"})
-    flat.update(file.engine.model_dump(), **file.workload.model_dump())
-    return flat
+    dumped = file.model_dump()
+    return {**{k: v for k, v in dumped.items() if k not in ("engine", "workload")}, **dumped["engine"],
+            **dumped["workload"]}
 
 
 def load_deployment_file(path: str | Path) -> Any:

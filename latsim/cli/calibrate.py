@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 from latsim.cli.app import Opt, app
+from latsim.cli.app import out as console
 
 
 @app.command()
