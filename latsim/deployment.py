@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from latsim.catalog.devices import DeviceSpec
 from latsim.catalog.models import KV_DTYPES, WEIGHT_DTYPES, ModelSpec
 from latsim.costmodel.host import check_host_speed
-from latsim.sim.registry import check_engine_name, engine_spec
+from latsim.registry import check_engine_name, engine_spec
 
 ROUTERS = ("round-robin", "least-outstanding")
 

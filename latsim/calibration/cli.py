@@ -12,9 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from latsim.calibration.device_info import name_matches
-from latsim.calibration.profile import read_profile, shipped_profile_dir
 from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.profile.store import name_matches, read_profile, shipped_profile_dir
 
 NO_GPU = "no CUDA GPU found; use --backend cpu for a test run"
 

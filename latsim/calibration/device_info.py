@@ -9,7 +9,6 @@ a catalog device (pure string logic, no catalog import: the GPU machine lacks py
 from __future__ import annotations
 
 import platform
-import re
 import shutil
 import subprocess
 import threading
@@ -117,17 +116,3 @@ class ClockSampler:
             return {"sm_mhz_min": None, "sm_mhz_max": None, "mem_mhz_min": None, "mem_mhz_max": None}
         sm, mem = zip(*self.samples, strict=True)
         return {"sm_mhz_min": min(sm), "sm_mhz_max": max(sm), "mem_mhz_min": min(mem), "mem_mhz_max": max(mem)}
-
-
-def _tokens(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
-
-
-def name_matches(gpu_name: str, device_name: str, aliases: tuple[str, ...] = ()) -> bool:
-    """True when every word of the catalog ``device_name`` (or of one alias) is in ``gpu_name``.
-
-    ``NVIDIA H200`` matches ``h200``; ``NVIDIA H100 80GB HBM3`` matches ``h100`` and ``h100-sxm``
-    only through an alias the GPU name contains.  The CPU backend's name is ``cpu``.
-    """
-    words = _tokens(gpu_name)
-    return any(_tokens(n) and _tokens(n) <= words for n in (device_name, *aliases))

@@ -1,7 +1,7 @@
 """Fit one regressor per operator family from a profile's tables, and report held-out error.
 
 Each family's xgboost model predicts ``log(measured / roofline)`` from the features of
-:mod:`latsim.calibration.features` and is saved as ``model_<family>.json`` (xgboost's JSON
+:mod:`latsim.costmodel.profile.features` and is saved as ``model_<family>.json`` (xgboost's JSON
 format, never pickle).  Held-out error holds out *whole shapes* (:data:`GROUP_KEYS`: a GEMM's
 ``K x N``, an attention head configuration, a memory op at one width, an MoE layer shape):
 about a fifth of the groups, seeded, are left out of a first fit and scored; the saved model
@@ -26,9 +26,11 @@ import numpy as np
 import pandas as pd
 
 from latsim.atomic import atomic_write_text
-from latsim.calibration import features, fit_fixed
-from latsim.calibration.profile import available_families, check_device, load_table, read_profile
+from latsim.calibration import fit_fixed
 from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.profile import features
+from latsim.costmodel.profile.regressors import model_path
+from latsim.costmodel.profile.store import available_families, check_device, load_table, read_profile
 
 GROUP_KEYS = {
     "gemm": ("K", "N"), "attn_prefill": ("hq", "hkv", "d"), "attn_decode": ("hq", "hkv", "d"),
@@ -38,10 +40,6 @@ HOLDOUT_FRACTION = 0.2
 XGB_PARAMS: dict[str, Any] = {"n_estimators": 400, "max_depth": 6, "learning_rate": 0.05, "subsample": 0.9,
                               "min_child_weight": 1.0, "tree_method": "hist", "n_jobs": 2}
 MIN_ROWS = 4
-
-
-def model_path(folder: Path, family: str) -> Path:
-    return folder / f"model_{family}.json"
 
 
 def fit_frames(folder: Path) -> dict[str, pd.DataFrame]:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from latsim.atomic import atomic_write_text
-from latsim.calibration.profile import available_families, load_table, read_profile
+from latsim.costmodel.profile.store import available_families, load_table, read_profile
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:

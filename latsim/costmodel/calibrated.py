@@ -1,14 +1,14 @@
 """Calibrated cost model: per-operator regressors fitted on microbenchmarks of the GPU.
 
 Design note on the hot path.  Loading (:func:`load_calibrated`) tabulates the regressors of a
-profile for this deployment (:mod:`latsim.calibration.tabulate`): seconds vs step tokens T,
+profile for this deployment (:mod:`latsim.costmodel.profile.tabulate`): seconds vs step tokens T,
 vs sampled sequences S, decode attention vs (D sequences, mean context), and a prefill
 attention efficiency grid.  A step is then
 
     per_token(T) + per_sample(S) + prefill attention + decode attention + fixed costs,
 
 added left to right in that order, each table read by piecewise-linear interpolation
-(:mod:`latsim.calibration.interp`).  ``decode_run`` keeps T, S and D as Python numbers and
+(:mod:`latsim.costmodel.profile.interp`).  ``decode_run`` keeps T, S and D as Python numbers and
 only the decode context as an array, and runs the same IEEE operations, so element ``i`` equals
 ``step_time`` of step ``i`` bitwise.  Fixed costs: CUDA-graph replay plus a per-kernel gap
 (both measured; kernel counts from :mod:`latsim.costmodel.ops`), and the engine's CPU time per
@@ -28,8 +28,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from latsim.calibration.interp import bilinear, bilinear_vec, interp1
-from latsim.calibration.tabulate import StepTables
 from latsim.catalog.devices import DeviceSpec
 from latsim.catalog.models import ModelSpec
 from latsim.costmodel.batch import BatchShape
@@ -48,6 +46,8 @@ from latsim.costmodel.ops import (
     op_forms,
     step_features,
 )
+from latsim.costmodel.profile.interp import bilinear, bilinear_vec, interp1
+from latsim.costmodel.profile.tabulate import StepTables
 from latsim.costmodel.shard import ShardSpec, shard_model
 
 KINDS = ("calibrated", "transferred")
@@ -182,7 +182,7 @@ class CalibratedCostModel:
             "fixed_costs": {k: getattr(self.fixed, k) for k in ("graph_base_s", "per_kernel_s", "step_s", "per_seq_s")},
             "fixed_cost_sources": dict(self.fixed.source), "notes": list(self.tables.notes),
             "resolution": "tables: T/S every integer to 512 then 2 % steps; decode 8 % steps in D and "
-                          "context; prefill 10 % steps (latsim.calibration.tabulate)",
+                          "context; prefill 10 % steps (latsim.costmodel.profile.tabulate)",
         }
         if self.kind == "transferred":
             out["confidence"] = (f"lower: efficiency curves measured on {self.source.get('gpu_name')!r} applied "
@@ -199,9 +199,9 @@ def load_calibrated(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dt
     ``kind="transferred"``, the first shipped profile of another GPU.  ValueError when none
     fits, or when a ``calibrated`` profile was measured on a different GPU.
     """
-    from latsim.calibration.predict import describe_source, load_predictors
-    from latsim.calibration.profile import check_device, has_profile, shipped_profiles
-    from latsim.calibration.tabulate import build_tables
+    from latsim.costmodel.profile.regressors import describe_source, load_predictors
+    from latsim.costmodel.profile.store import check_device, has_profile, shipped_profiles
+    from latsim.costmodel.profile.tabulate import build_tables
     from latsim.costmodel.roofline_params import default_roofline_params
 
     if kind not in KINDS:

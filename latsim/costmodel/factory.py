@@ -54,14 +54,14 @@ BUILDERS: dict[str, Builder] = {
 
 def _calibrated_builder(device: DeviceSpec) -> Builder | None:
     """The calibrated builder when a fitted profile ships for ``device`` (or an alias), else None."""
-    from latsim.calibration.profile import has_profile
+    from latsim.costmodel.profile.store import has_profile
 
     return BUILDERS["calibrated"] if has_profile(device.name, device.aliases) else None
 
 
 def calibration_status(device_name: str) -> str:
     """``calibrated (<date>, <grid> grid)`` when a fitted profile ships for the device, else ``roofline``."""
-    from latsim.calibration.profile import has_profile, read_profile
+    from latsim.costmodel.profile.store import has_profile, read_profile
 
     folder = has_profile(device_name)
     if folder is None:

@@ -87,6 +87,11 @@ def check_host_speed(speed: object) -> None:
 TERMS = tuple(f.name for f in fields(HostOverhead) if f.name != "source")
 """Every numeric term of :class:`HostOverhead`, in declaration order."""
 
+MAX_CUDAGRAPH_TOKENS = 512
+"""The largest CUDA graph a serving engine captures by default (tokens per step; vLLM 0.25.1's
+capture sizes end here).  The calibrated tables price all-reduce of steps up to it as in-graph."""
+
+
 class HostOverlapCostModel:
     """``inner`` (GPU time) combined with host time: ``max`` when asynchronous, sum when not.
 

@@ -1,2 +1,2 @@
 """Serving engines: one folder each, holding everything specific to that engine, and a ``SPEC``
-(:class:`latsim.sim.engine_spec.EngineSpec`) registered in :mod:`latsim.sim.registry`."""
+(:class:`latsim.sim.engine_spec.EngineSpec`) registered in :mod:`latsim.registry`."""

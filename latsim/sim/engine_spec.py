@@ -1,6 +1,6 @@
 """What an engine gives the simulator: one :class:`EngineSpec` per engine, built in the
 engine's own folder (``latsim/engines/<name>/engine.py``) and found through
-:mod:`latsim.sim.registry`.  Adding an engine is a folder with a ``SPEC`` and one registry line.
+:mod:`latsim.registry`.  Adding an engine is a folder with a ``SPEC`` and one registry line.
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ from latsim.costmodel.batch import CostModel, StepPricer
 from latsim.costmodel.host import HostOverhead
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.metrics.summary import SLO, summarize
+from latsim.registry import engine_spec
 from latsim.sim.engine_spec import EngineSpec, KvPlan
 from latsim.sim.protocols import FastForward, Scheduler
 from latsim.sim.recorder import Recorder
-from latsim.sim.registry import engine_spec
 from latsim.sim.replica import Replica
 from latsim.sim.request import FINISHED, REJECTED, Req
 from latsim.sim.router import ArrivalFeed, make_router

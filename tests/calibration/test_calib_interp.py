@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from latsim.calibration.interp import bilinear, bilinear_vec, interp1, interp1_vec, knots
+from latsim.costmodel.profile.interp import bilinear, bilinear_vec, interp1, interp1_vec, knots
 
 
 def test_interp1_scalar_equals_vector() -> None:

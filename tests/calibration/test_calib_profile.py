@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from latsim.calibration.profile import check_device, load_table, read_profile
 from latsim.catalog import load_device, load_model
 from latsim.costmodel.calibrated import load_calibrated
+from latsim.costmodel.profile.store import check_device, load_table, read_profile
 
 
 def test_missing_profile_names_the_file(tmp_path: Path) -> None:

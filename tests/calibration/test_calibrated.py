@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from latsim.calibration.predict import load_predictors
-from latsim.calibration.tabulate import T_KNOTS, decode_grid, heads_of, per_token
 from latsim.catalog import load_device, load_model
 from latsim.costmodel.batch import BatchShape, StepPricer
 from latsim.costmodel.calibrated import CalibratedCostModel, load_calibrated
+from latsim.costmodel.profile.regressors import load_predictors
+from latsim.costmodel.profile.tabulate import T_KNOTS, decode_grid, heads_of, per_token
 from latsim.costmodel.shard import shard_model
 
 CASES = [("llama-3.1-8b", 1), ("qwen3-30b-a3b", 2), ("gemma-2-9b", 1), ("llama-3.1-70b", 4)]

@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from latsim.calibration import comm, tables
+from latsim.calibration import comm
 from latsim.calibration.context import Skip
 from latsim.calibration.fit_fixed import fit_allreduce, fit_fixed
-from latsim.calibration.predict import Predictors, load_predictors
-from latsim.calibration.profile import shipped_profile_dir
+from latsim.costmodel.profile import tables
+from latsim.costmodel.profile.regressors import Predictors, load_predictors
+from latsim.costmodel.profile.store import shipped_profile_dir
 
 SIZES = [4096, 65536, 2**20, 2**24]
 CURVES = {"nccl": 80e-6, "nccl_graph": 40e-6, "vllm_custom": 16e-6}
@@ -215,8 +216,8 @@ def test_vllm_setup_uses_the_installed_constructor(monkeypatch: pytest.MonkeyPat
 
 
 def test_steps_within_the_graph_limit_use_the_graph_all_reduce() -> None:
-    from latsim.calibration.tabulate import _allreduce
     from latsim.catalog.lookup import load_device, load_model
+    from latsim.costmodel.profile.tabulate import _allreduce
     from latsim.costmodel.shard import shard_model
     from latsim.engines.vllm.defaults import MAX_CUDAGRAPH_TOKENS as GRAPH_TOKENS
 
@@ -237,8 +238,8 @@ def test_steps_within_the_graph_limit_use_the_graph_all_reduce() -> None:
 
 
 def test_without_graph_timings_graph_steps_use_the_roofline_custom_all_reduce() -> None:
-    from latsim.calibration.tabulate import _allreduce
     from latsim.catalog.lookup import load_device, load_model
+    from latsim.costmodel.profile.tabulate import _allreduce
     from latsim.costmodel.roofline_params import default_roofline_params
     from latsim.costmodel.shard import shard_model
     from latsim.engines.vllm.defaults import MAX_CUDAGRAPH_TOKENS as GRAPH_TOKENS

@@ -10,6 +10,9 @@
 from __future__ import annotations
 
 from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.host import MAX_CUDAGRAPH_TOKENS
+
+__all__ = ["MAX_CUDAGRAPH_TOKENS", "cudagraph_limit", "server_defaults"]
 
 LARGE_GPU_MIN_GIB = 70.0
 SERVER_DEFAULTS_LARGE = (8192, 1024)  # (max_num_batched_tokens, max_num_seqs)
@@ -24,8 +27,6 @@ def server_defaults(device: DeviceSpec) -> tuple[int, int]:
     return SERVER_DEFAULTS_SMALL
 
 
-MAX_CUDAGRAPH_TOKENS = 512
-"""vLLM 0.25.1's largest default CUDA-graph capture size (tokens per step)."""
 
 
 def cudagraph_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from latsim.calibration.interp import knots
-from latsim.calibration.predict import Arr, Predictors
 from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.host import MAX_CUDAGRAPH_TOKENS
 from latsim.costmodel.ops import FEATURES, OpForm, evaluate, op_forms
+from latsim.costmodel.profile.interp import knots
+from latsim.costmodel.profile.regressors import Arr, Predictors
 from latsim.costmodel.shard import ShardSpec
-from latsim.engines.vllm.defaults import MAX_CUDAGRAPH_TOKENS
 
 T_KNOTS = knots(1, 512, 131072, 1.02)
 D_KNOTS = knots(1, 32, 4096, 1.08)

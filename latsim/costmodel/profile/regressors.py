@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from latsim.calibration import features
-from latsim.calibration.fit import model_path
-from latsim.calibration.profile import read_json, read_profile
 from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.profile import features
+from latsim.costmodel.profile.store import read_json, read_profile
 from latsim.costmodel.roofline_params import default_roofline_params
 
 Arr = features.Arr
@@ -179,3 +178,7 @@ def describe_source(p: Predictors) -> dict[str, Any]:
     return {"profile": str(p.folder), **{k: p.profile.get(k) for k in keys},
             "held_out_mape": {f: r.get("mape") for f, r in p.report.get("families", {}).items() if "mape" in r},
             "fit_report": str(p.folder / "fit_report.json")}
+
+
+def model_path(folder: Path, family: str) -> Path:
+    return folder / f"model_{family}.json"
