@@ -50,8 +50,9 @@ def _imports(path: Path) -> set[str]:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         for name in names:
             parts = name.split(".")
-            if parts[0] == "latsim" and len(parts) > 1 and (ROOT / parts[1]).exists() or \
-                    parts[0] == "latsim" and len(parts) > 1 and (ROOT / f"{parts[1]}.py").exists():
+            if parts[0] != "latsim" or len(parts) < 2:
+                continue
+            if (ROOT / parts[1]).exists() or (ROOT / f"{parts[1]}.py").exists():
                 found.add(parts[1])
     return found
 
