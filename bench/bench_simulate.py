@@ -38,7 +38,7 @@ def reference_trace(n: int):
 def linear_cost():
     """The engine tests' linear cost model (cheap, so the engine's own cost shows)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.engine.conftest import LinearCost
+    from tests.sim.conftest import LinearCost
 
     return LinearCost()
 

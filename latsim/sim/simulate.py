@@ -71,7 +71,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
     """Simulate ``trace`` served by ``deployment``; see :class:`SimulationResult`.
 
     ``fast_forward=False`` runs the reference engine, one ``schedule``/``update`` per step: the
-    same results, several times slower (``tests/engine/test_fast_engine.py`` compares them).
+    same results, several times slower (``tests/sim/test_fast_engine.py`` compares them).
     The engine's ``async_scheduling`` (vLLM's default) sets both the scheduling rules and,
     for the default cost model, whether host and GPU time overlap.
     """

@@ -177,7 +177,7 @@ def test_latsim_is_50x_cheaper_per_step_than_vllms_scheduler(oracle):
 
     from latsim.sim.simulate import simulate
     from latsim.workload.trace import RequestTrace
-    from tests.engine.conftest import LinearCost, small_deployment
+    from tests.sim.conftest import LinearCost, small_deployment
 
     _, (vllm,), vllm_seconds = oracle("speed")
     deployment = small_deployment(**DECODE_CONFIG)

@@ -18,7 +18,7 @@ a decision could see an arrival, steps of two kinds:
 
 Each step applies exactly the float operations of stepping the reference scheduler one by
 one (``start + step_time``, gaps as differences of step ends, ``decode_run`` element i equal
-to ``step_time``), so results are identical; ``tests/engine/test_fast_engine.py`` checks it.
+to ``step_time``), so results are identical; ``tests/sim/test_fast_engine.py`` checks it.
 
 Asynchronous scheduling changes two things here, as in the reference: requests that finish
 are zombies until the end of the next decision (a decode run may start with zombies and

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
-from tests.engine.conftest import LinearCost, small_deployment
+from tests.sim.conftest import LinearCost, small_deployment
 
 
 def both_ways(deployment, trace):

@@ -15,7 +15,7 @@ import pytest
 from latsim.cli import main
 from latsim.sim.simulate import simulate
 from latsim.workload.trace import RequestTrace
-from tests.engine.conftest import LinearCost, small_deployment
+from tests.sim.conftest import LinearCost, small_deployment
 
 COLUMNS = ["first_scheduled_s", "first_token_s", "finish_s", "preemptions", "cached_tokens", "status"]
 

@@ -21,7 +21,7 @@ from latsim.oracle.steprecord import StreamRequest
 from latsim.oracle.stream import run_latsim_scheduler
 from latsim.sim.simulate import simulate
 from latsim.workload.trace import RequestTrace
-from tests.engine.conftest import LinearCost, small_deployment
+from tests.sim.conftest import LinearCost, small_deployment
 
 
 def test_a_finished_request_keeps_its_seat_one_more_step():

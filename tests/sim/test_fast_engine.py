@@ -23,7 +23,7 @@ from latsim.sim.request import Req
 from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
 from latsim.workload.trace import RequestTrace
-from tests.engine.conftest import LinearCost, small_deployment
+from tests.sim.conftest import LinearCost, small_deployment
 
 
 def fast_and_reference(deployment, trace, cost=None):

@@ -21,7 +21,7 @@ from latsim.engines.vllm.scheduler import SchedulerLimits, VllmScheduler
 from latsim.sim.recorder import Recorder
 from latsim.sim.request import Req
 from latsim.sim.shape import step_shape
-from tests.engine.conftest import LinearCost
+from tests.sim.conftest import LinearCost
 
 FIELDS = ("num_computed", "generated", "num_blocks", "last_token", "first_token", "first_scheduled", "finish",
           "state", "preemptions", "cached_tokens")

@@ -15,8 +15,8 @@ from latsim.engines.vllm.launch import LaunchClock
 from latsim.sim.request import Req
 from latsim.sim.simulate import simulate
 from latsim.workload.trace import RequestTrace
-from tests.engine.conftest import LinearCost, small_deployment
-from tests.engine.test_fast_engine import assert_identical, random_trace
+from tests.sim.conftest import LinearCost, small_deployment
+from tests.sim.test_fast_engine import assert_identical, random_trace
 
 
 class LaunchCost(LinearCost):

@@ -17,7 +17,7 @@ from latsim.oracle.steprecord import StreamRequest
 from latsim.oracle.stream import run_latsim_scheduler
 from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
-from tests.engine.conftest import LinearCost, small_deployment
+from tests.sim.conftest import LinearCost, small_deployment
 
 workloads = st.fixed_dictionaries({
     "seed": st.integers(0, 10_000), "qps": st.floats(0.5, 100.0), "blocks": st.integers(80, 3000),
@@ -85,7 +85,7 @@ SNIPPET = """
 import hashlib, numpy as np
 from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
-from tests.engine.conftest import small_deployment
+from tests.sim.conftest import small_deployment
 t = synthesize(20.0, 300, "poisson", "lognormal:median=400,sigma=0.8", 120, np.random.default_rng(5))
 r = simulate(small_deployment(), t, seed=3)
 print(hashlib.sha256(r.records.to_csv(index=False).encode()).hexdigest(), r.summary["ttft_ms"]["p99_ci95"])
