@@ -40,7 +40,7 @@ class EngineSpec:
     """An engine's contract with the simulator (every field a function of resolved settings).
 
     - ``server_defaults(device)``: ``(max_num_batched_tokens, max_num_seqs)`` when unset.
-    - ``plan_memory(deployment)``: the KV-block plan of one replica.
+    - ``plan_memory(deployment, engine)``: the KV-block plan of one replica (``engine`` resolved).
     - ``make_scheduler(engine, memory)``: the reference scheduler, stepped one step at a time.
     - ``make_fast(engine, memory)``: a :class:`~latsim.sim.protocols.FastForward` twin with the
       same decisions, or ``None`` when the engine has none.
@@ -52,7 +52,7 @@ class EngineSpec:
 
     name: str
     server_defaults: Callable[[DeviceSpec], tuple[int, int]]
-    plan_memory: Callable[[Deployment], KvPlan]
+    plan_memory: Callable[[Deployment, EngineConfig], KvPlan]
     make_scheduler: Callable[[EngineConfig, KvPlan], Scheduler]
     make_fast: Callable[[EngineConfig, KvPlan], FastForward | None]
     graph_tokens: Callable[[EngineConfig], int | None]

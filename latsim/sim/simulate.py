@@ -79,7 +79,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
         raise ValueError("the workload has no requests")
     engine = resolve_engine(deployment)
     spec = engine_spec(engine.engine)
-    memory = spec.plan_memory(deployment)
+    memory = spec.plan_memory(deployment, engine)
     if cost_model is None:
         cost_model = default_cost_model(deployment, engine)
     horizon = default_horizon(trace) if horizon_s is None else horizon_s

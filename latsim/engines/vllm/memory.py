@@ -91,9 +91,11 @@ def _mlp_width(model: ModelSpec) -> int:
     return model.intermediate_size
 
 
-def plan_memory(deployment: Deployment) -> MemoryPlan:
-    """Size the KV cache of one replica; raise :class:`DoesNotFitError` when nothing is left."""
-    engine = resolve_engine(deployment)
+def plan_memory(deployment: Deployment, engine: EngineConfig | None = None) -> MemoryPlan:
+    """Size the KV cache of one replica; raise :class:`DoesNotFitError` when nothing is left.
+
+    ``engine`` is the deployment's resolved engine (default: resolved here)."""
+    engine = engine or resolve_engine(deployment)
     model, tp, c = deployment.model, deployment.tp, _coefficients()
     device_bytes = deployment.device.memory_bytes
     budget = engine.gpu_memory_utilization * device_bytes
