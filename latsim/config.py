@@ -44,7 +44,7 @@ def setting(help: str, section: str = "top", *, flag: str | None = None, file_ke
                                          "default": default})
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
     """Every prediction setting; ``None`` means "not given" (a file or the default fills it)."""
 

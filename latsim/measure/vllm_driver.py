@@ -44,7 +44,11 @@ ParamsFactory = Callable[[int], Any]
 @dataclass(frozen=True)
 class EngineSettings:
     """Engine arguments; ``None`` leaves a knob to vLLM's own default (defaults are part of
-    what is measured).  ``extra`` holds any further ``AsyncEngineArgs`` keyword arguments."""
+    what is measured).  ``extra`` holds any further ``AsyncEngineArgs`` keyword arguments.
+
+    This is vLLM's own argument surface, not latsim's settings (:class:`latsim.config.Settings`):
+    a measurement must be able to leave every knob to the engine, and this module runs on GPU
+    machines without the simulator's dependencies."""
 
     model_dir: str
     max_num_seqs: int | None = None
