@@ -36,8 +36,9 @@ def predict(
     replicas: Annotated[int | None, Opt(help="Engine replicas behind the router")] = None,
     router: Annotated[str | None, Opt(help="round-robin | least-outstanding")] = None,
     engine: Annotated[str | None, Opt(help="vllm | static | vllm-exact (vLLM's own scheduler, ~0.5 ms/step)")] = None,
-    weight_dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8 | int8 | int4")] = None,
-    kv_cache_dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8")] = None,
+    weight_dtype: Annotated[str | None, Opt(help="auto (the checkpoint's quantization_config, else bf16) | "
+                                            "bf16 | fp16 | fp8 | int8 | w8a16 | int4")] = None,
+    kv_cache_dtype: Annotated[str | None, Opt(help="auto (the checkpoint's, else bf16) | bf16 | fp16 | fp8")] = None,
     qps: Annotated[float | None, Opt(help="Mean request rate (req/s)")] = None,
     trace: Annotated[Path | None, Opt(help="Trace file: latsim JSONL/CSV or Azure CSV")] = None,
     arrival: Annotated[str | None, Opt(help="poisson | gamma:cv=2 | constant | burst")] = None,
@@ -65,6 +66,7 @@ def predict(
     out_dir: Annotated[Path | None, Opt("--out", help="Write requests.parquet and summary.json here")] = None,
 ) -> None:
     """Simulate a deployment under a workload and report latency percentiles."""
+    from latsim.catalog.quant_resolve import dtype_report
     from latsim.engine.simulate import simulate
     from latsim.metrics.summary import SLO
     from latsim.report.output import json_default, json_safe, write_outputs
@@ -89,13 +91,15 @@ def predict(
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
     result = simulate(deployment, workload, seed=settings.seed or 0, slo=slo)
     _check_outcome(result.summary, len(workload))
+    result.summary.update(dtype_report(deployment))
     if out_dir:
         write_outputs(result, out_dir)
     if as_json:
         print(json.dumps(json_safe(result.summary), allow_nan=False, default=json_default))
         return
     title = (f"{deployment.model.name} on {deployment.replicas} replica(s) x TP{deployment.tp} "
-             f"{deployment.device.name} ({deployment.engine.engine})")
+             f"{deployment.device.name} ({deployment.engine.engine}; weights {deployment.weight_dtype} "
+             f"from {deployment.weight_dtype_source}, KV {deployment.kv_dtype})")
     out.print(latency_table(result.summary))
     out.print(system_table(result.summary, title))
 

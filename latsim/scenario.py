@@ -19,8 +19,8 @@ from latsim.workload.io import read_trace
 from latsim.workload.trace import RequestTrace
 
 DEFAULTS = Settings(
-    model="llama-3.1-8b", device="h100", tp=1, replicas=1, router="round-robin", weight_dtype="bf16",
-    kv_dtype="bf16", engine="vllm", block_size=16, gpu_memory_utilization=0.92, enable_chunked_prefill=True,
+    model="llama-3.1-8b", device="h100", tp=1, replicas=1, router="round-robin", weight_dtype="auto",
+    kv_dtype="auto", engine="vllm", block_size=16, gpu_memory_utilization=0.92, enable_chunked_prefill=True,
     enable_prefix_caching=True, async_scheduling=True, host_speed=1.0, qps=8.0, arrival="poisson",
     input_dist="lognormal:median=600,sigma=0.8,min=16,max=4096",
     output_dist="lognormal:median=150,sigma=0.6,min=8,max=1024",
