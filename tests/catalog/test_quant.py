@@ -153,7 +153,8 @@ def test_malformed_quantization_config_is_rejected() -> None:
 
 
 def test_unknown_weight_dtype_names_auto_and_the_dtypes() -> None:
-    with pytest.raises(ValueError, match="weight dtype must be one of auto, bf16, fp16, fp8, int8, w8a16, int4, got 'fp4'"):
+    accepted = "weight dtype must be one of auto, bf16, fp16, fp8, int8, w8a16, int4, got 'fp4'"
+    with pytest.raises(ValueError, match=accepted):
         deploy(quantized("awq"), weight_dtype="fp4")
 
 
