@@ -138,7 +138,7 @@ def host_share(deployment: Any, trace: Any, *, seed: int = 0) -> HostShare:
     from latsim import simulate
 
     tally = _Tally(_cost_model(deployment))
-    simulate(deployment, trace, seed=seed, cost_model=tally, fast_forward=False)  # type: ignore[arg-type]
+    simulate(deployment, trace, seed=seed, cost_model=tally, fast_forward=False)
     share = share_from_parts(tally.gpu, tally.host, tally.inner.asynchronous)
     return replace(share, frontend_s=tally.frontend_s, launches=len(tally.launches),
                    launch_s=float(sum(tally.launches)))
