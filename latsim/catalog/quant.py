@@ -9,7 +9,7 @@ unquantized.  Methods and what latsim makes of them (vLLM's kernels on Hopper-cl
 ``quant_method``       scheme                               weight       activations
 =====================  ===================================  ===========  =====================
 fp8                    per-tensor or 128x128-block fp8      ``fp8``      fp8, dynamic per
-                       (``weight_block_size``)                           tensor / per token
+                       (``weight_block_size``)                           token / per token
                                                                          group, or static
 modelopt               ``quant_algo`` FP8                   ``fp8``      fp8 static per tensor
 compressed-tensors     8-bit float weights and activations  ``fp8``      fp8 (per ``strategy``)
@@ -43,7 +43,10 @@ from dataclasses import dataclass
 from typing import Any
 
 KNOWN_METHODS = ("fp8", "modelopt", "compressed-tensors", "awq", "gptq", "bitsandbytes")
-ACT_QUANT = ("none", "dynamic-per-tensor", "dynamic-per-token", "dynamic-per-token-group", "static")
+ACT_QUANT = ("none", "dynamic-per-token", "dynamic-per-token-group", "static")
+"""How a W8A8 scheme quantizes a GEMM input: per token (one scale per row, vLLM's choice for
+dynamic schemes wherever CUTLASS runs fp8 or int8), per group of 128 along a row (block-wise
+fp8), or with a static per-tensor scale from the checkpoint; ``none``: weight-only."""
 MATCH_RULES = ("exact-or-prefix", "substring", "component", "compressed-tensors")
 FP16_SCALE_BYTES = 2.0
 ZERO_POINT_BYTES = 0.5  # one packed 4-bit zero point per group
@@ -126,8 +129,7 @@ def _fp8(q: Mapping[str, Any]) -> QuantSpec:
     if scheme not in ("dynamic", "static"):
         raise ValueError(f"fp8 activation_scheme must be 'dynamic' or 'static', got {scheme!r}")
     block = q.get("weight_block_size")
-    act = "static" if scheme == "static" else (
-        "dynamic-per-token-group" if block else "dynamic-per-tensor")
+    act = "static" if scheme == "static" else ("dynamic-per-token-group" if block else "dynamic-per-token")
     return QuantSpec("fp8", "fp8", 1.0, act, ignore=_names(q, "ignored_layers", "modules_to_not_convert"),
                      group_size=int(block[1]) if block else 0)
 

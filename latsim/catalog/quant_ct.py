@@ -13,8 +13,6 @@ from typing import Any
 
 from latsim.catalog.quant import QuantSpec, _int4_bytes, _names, unsupported
 
-_ACT_STRATEGY = {"token": "dynamic-per-token", "tensor": "dynamic-per-tensor", "group": "dynamic-per-token-group"}
-
 
 def parse_compressed_tensors(q: Mapping[str, Any]) -> QuantSpec:
     """The spec of a compressed-tensors ``quantization_config``; ValueError when not modelled."""
@@ -72,12 +70,11 @@ def _scheme(group: Mapping[str, Any]) -> tuple[str, str, float, int]:
 
 
 def _act(a: Mapping[str, Any]) -> str:
+    """vLLM's W8A8 schemes: a static input scale, or dynamic per token (per group of a row when
+    the activations are grouped, as with block-wise weights)."""
     if not a.get("dynamic", False):
         return "static"
-    strategy = str(a.get("strategy", "token"))
-    if strategy not in _ACT_STRATEGY:
-        raise unsupported("compressed-tensors", f"input activation strategy {strategy!r}")
-    return _ACT_STRATEGY[strategy]
+    return "dynamic-per-token-group" if a.get("strategy") == "group" else "dynamic-per-token"
 
 
 def _group_size(w: Mapping[str, Any]) -> int:

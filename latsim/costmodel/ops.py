@@ -23,9 +23,8 @@ Assumptions (each is a statement about vLLM's kernels, not a fitted number):
   in its own memory-bound kernel, as vLLM runs it before a CUTLASS scaled GEMM: per layer the
   QKV and MLP-up inputs (hidden), the O input (query width), the MLP-down input (MLP width), and
   in MoE layers the routed experts' two inputs (hidden once per token, ``top_k`` x expert width)
-  and the shared expert's.  Each reads the 16-bit input and writes 8 bits plus one fp32 scale
-  per row; a dynamic per-tensor scale (no block size, vLLM's fp8 checkpoints) reads the input
-  twice in two kernels (max reduction, then quantization).
+  and the shared expert's.  Each is one kernel that reads the 16-bit input and writes 8 bits
+  plus one fp32 scale per row (per token or per group of a row alike; a static scale too).
 - Sharding over ``tp`` GPUs as in vLLM: see :mod:`latsim.costmodel.shard`.
 - Every prefill chunk samples a token: :class:`BatchShape` does not say which chunks finish
   their prompt, so ``lm_head`` and ``sampling`` run for ``prefill_seqs + decode_seqs`` rows.
@@ -236,12 +235,10 @@ def _act_quant(s: ShardSpec) -> OpForm:
         if s.shared_width:
             widths += [(float(s.hidden), moe), (float(s.shared_width), moe)]
     widths = [(w, n) for w, n in widths if w and n]
-    passes = 2.0 if s.act_quant == "dynamic-per-tensor" else 1.0
     elems = sum(w * n for w, n in widths)
     rows = sum(n for _, n in widths)
     return _memory("act_quant", _lin((T, QUANT_FLOPS_PER_ELEM * elems)),
-                   _lin((T, elems * (passes * s.act_bytes + QUANT_OUT_BYTES) + rows * SCALE_BYTES)),
-                   _lin((HAS_T, passes * rows)))
+                   _lin((T, elems * (s.act_bytes + QUANT_OUT_BYTES) + rows * SCALE_BYTES)), _lin((HAS_T, rows)))
 
 
 def _allreduce(s: ShardSpec) -> OpForm:

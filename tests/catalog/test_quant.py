@@ -32,7 +32,7 @@ def deploy(model, **kw) -> Deployment:
 
 
 @pytest.mark.parametrize(("name", "dtype", "act"), [
-    ("fp8_dynamic", "fp8", "dynamic-per-tensor"),
+    ("fp8_dynamic", "fp8", "dynamic-per-token"),
     ("fp8_static", "fp8", "static"),
     ("fp8_block", "fp8", "dynamic-per-token-group"),
     ("modelopt_fp8_kv", "fp8", "static"),
