@@ -19,12 +19,17 @@ Assumptions (each is a statement about vLLM's kernels, not a fitted number):
 - GEMMs run on the tensor-core peak of ``shard.GEMM_COMPUTE_DTYPE[weight_dtype]`` (W8A8 for
   fp8/int8; int4 and w8a16 are weight-only, dequantised to bf16).  Quantisation scales are not
   counted.
-- ``act_quant`` (W8A8 only, zero otherwise): the quantization of every W8A8 GEMM input to 8 bits
-  in its own memory-bound kernel, as vLLM runs it before a CUTLASS scaled GEMM: per layer the
-  QKV and MLP-up inputs (hidden), the O input (query width), the MLP-down input (MLP width), and
-  in MoE layers the routed experts' two inputs (hidden once per token, ``top_k`` x expert width)
-  and the shared expert's.  Each is one kernel that reads the 16-bit input and writes 8 bits
-  plus one fp32 scale per row (per token or per group of a row alike; a static scale too).
+- ``act_quant`` (W8A8 only, zero otherwise): the quantization of W8A8 GEMM inputs to 8 bits that
+  runs as a kernel of its own before a CUTLASS scaled GEMM.  Under vLLM's default compilation the
+  inputs produced by an RMSNorm (QKV, MLP-up, shared-expert-up) or a SiLU x mul (MLP-down,
+  shared-expert-down) are quantized inside that kernel (RMSNorm + quant and SiLU-mul + quant
+  fusion, or Inductor fusing the native ops), which then writes 8 instead of 16 bits (counted as
+  unchanged).  What remains, per layer: the O-projection input (after attention, a graph
+  boundary; query width), and in MoE layers the fused-MoE op's two inputs (hidden once per
+  token, and ``top_k`` x expert width).  Each is one kernel that reads the 16-bit input and
+  writes 8 bits plus one fp32 scale per row (per token or per group of a row alike; a static
+  scale too).  Which inputs fuse is a statement about vLLM's compiled graph that the live
+  FP8 runs must confirm.
 - Sharding over ``tp`` GPUs as in vLLM: see :mod:`latsim.costmodel.shard`.
 - Every prefill chunk samples a token: :class:`BatchShape` does not say which chunks finish
   their prompt, so ``lm_head`` and ``sampling`` run for ``prefill_seqs + decode_seqs`` rows.
@@ -227,14 +232,10 @@ def _act_quant(s: ShardSpec) -> OpForm:
     """Quantization of every W8A8 GEMM input (see the module note); empty for other dtypes."""
     if s.act_quant == "none":
         return _memory("act_quant", (), (), ())
-    dense, moe = float(s.dense_layers), float(s.moe_layers)
-    widths = [(float(s.hidden), float(s.layers)), (float(s.q_width), float(s.layers)),
-              (float(s.hidden), dense), (float(s.mlp_width), dense)]
+    moe = float(s.moe_layers)
+    widths = [(float(s.q_width), float(s.layers))]  # o_proj: the one input no fused kernel produces
     if s.moe_layers:
-        widths += [(float(s.hidden), moe), (float(s.top_k * s.expert_width), moe)]
-        if s.shared_width:
-            widths += [(float(s.hidden), moe), (float(s.shared_width), moe)]
-    widths = [(w, n) for w, n in widths if w and n]
+        widths += [(float(s.hidden), moe), (float(s.top_k * s.expert_width), moe)]  # inside fused MoE
     elems = sum(w * n for w, n in widths)
     rows = sum(n for _, n in widths)
     return _memory("act_quant", _lin((T, QUANT_FLOPS_PER_ELEM * elems)),
