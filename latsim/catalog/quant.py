@@ -80,7 +80,7 @@ class QuantSpec:
     kv_scheme_note: str = ""
 
     @property
-    def describe(self) -> str:
+    def label(self) -> str:
         """One line for reports, e.g. ``compressed-tensors: fp8 weights, dynamic-per-token activations``."""
         act = "16-bit activations" if self.act_quant == "none" else f"{self.act_quant} activations"
         return f"{self.method}: {self.weight_dtype} weights, {act}"
@@ -129,6 +129,9 @@ def _fp8(q: Mapping[str, Any]) -> QuantSpec:
     if scheme not in ("dynamic", "static"):
         raise ValueError(f"fp8 activation_scheme must be 'dynamic' or 'static', got {scheme!r}")
     block = q.get("weight_block_size")
+    if block is not None and not (isinstance(block, list) and len(block) == 2
+                                  and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise ValueError(f"fp8 weight_block_size must be two positive integers, got {block!r}")
     act = "static" if scheme == "static" else ("dynamic-per-token-group" if block else "dynamic-per-token")
     return QuantSpec("fp8", "fp8", 1.0, act, ignore=_names(q, "ignored_layers", "modules_to_not_convert"),
                      group_size=int(block[1]) if block else 0)

@@ -76,7 +76,7 @@ def dtype_report(deployment: Any) -> dict[str, Any]:
     }
     if quant is not None:
         out["quantization"] = {
-            "method": quant.method, "scheme": quant.describe, "applied": deployment.weight_dtype == quant.weight_dtype,
+            "method": quant.method, "scheme": quant.label, "applied": deployment.weight_dtype == quant.weight_dtype,
             "unquantized_linear_params": quant.unquantized_linear,
             **({"note": quant.kv_scheme_note} if quant.kv_scheme_note else {}),
         }

@@ -145,10 +145,18 @@ def test_unmodelled_method_is_one_line_naming_it_and_the_known_ones(name: str, n
     assert deploy(model, weight_dtype="int4").weight_dtype == "int4"  # an explicit dtype overrides
 
 
-def test_malformed_quantization_config_is_rejected() -> None:
+@pytest.mark.parametrize(("quant", "needle"), [
+    ({"bits": 4}, "string 'quant_method'"),
+    ({"quant_method": "fp8", "weight_block_size": [128]}, "weight_block_size must be two positive integers"),
+    ({"quant_method": "fp8", "activation_scheme": "sometimes"}, "activation_scheme must be"),
+    ({"quant_method": "awq", "bits": "4"}, "'bits' must be an integer"),
+    ({"quant_method": "awq", "modules_to_not_convert": "lm_head"}, "must be a list of module names"),
+    ({"quant_method": "compressed-tensors", "config_groups": {}}, "non-empty 'config_groups'"),
+])
+def test_malformed_quantization_config_is_rejected(quant: dict, needle: str) -> None:
     cfg = model_config_dict("llama-3.1-8b")
-    cfg["quantization_config"] = {"bits": 4}
-    with pytest.raises(ValueError, match="string 'quant_method'"):
+    cfg["quantization_config"] = quant
+    with pytest.raises(ValueError, match=needle):
         deploy(parse_hf_config(cfg, "bad"))
 
 
