@@ -77,8 +77,8 @@ class Deployment:
     weight_dtype: str = AUTO
     kv_dtype: str = AUTO
     engine: EngineConfig = field(default_factory=EngineConfig)
-    weight_dtype_source: str | None = None
-    kv_dtype_source: str | None = None
+    weight_dtype_source: str | None = field(default=None, compare=False)
+    kv_dtype_source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.replicas < 1:

@@ -123,6 +123,7 @@ def test_explicit_dtype_overrides_the_config_and_says_so() -> None:
 def test_replace_keeps_a_true_source_and_relabels_a_changed_dtype() -> None:
     dep = deploy(quantized("awq"))
     assert replace(dep, tp=2).weight_dtype_source == "config"
+    assert deploy(quantized("awq"), weight_dtype="int4") == dep  # the source is not part of what is deployed
     assert replace(dep, weight_dtype="fp8").weight_dtype_source == "flag"
 
 
