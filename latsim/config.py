@@ -54,8 +54,10 @@ class Settings:
     tp: int | None = setting("Tensor-parallel GPUs per replica")
     replicas: int | None = setting("Engine replicas behind the router")
     router: str | None = setting("round-robin | least-outstanding")
-    weight_dtype: str | None = setting("bf16 | fp16 | fp8 | int8 | int4")
-    kv_dtype: str | None = setting("KV-cache dtype: bf16 | fp16 | fp8", flag="--kv-cache-dtype")
+    weight_dtype: str | None = setting("auto (the checkpoint's quantization_config, else bf16) | bf16 | fp16 | fp8 | "
+                                        "int8 | w8a16 | int4")
+    kv_dtype: str | None = setting("KV-cache dtype: auto (the checkpoint's, else bf16) | bf16 | fp16 | fp8",
+                                    flag="--kv-cache-dtype")
     engine: str | None = setting("vllm | static | vllm-exact (vLLM's own scheduler, ~0.5 ms/step)", "engine",
                                  file_key="name")
     max_num_seqs: int | None = setting("Most requests in a step (default: vLLM's for the GPU)", "engine")

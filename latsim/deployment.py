@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from latsim.catalog.devices import DeviceSpec
-from latsim.catalog.models import KV_DTYPES, WEIGHT_DTYPES, ModelSpec
+from latsim.catalog.models import ModelSpec
+from latsim.catalog.quant_resolve import AUTO, resolve_kv_dtype, resolve_weight_dtype
 from latsim.costmodel.host import check_host_speed
 from latsim.registry import check_engine_name, engine_spec
 
@@ -54,16 +55,23 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class Deployment:
-    """A model served on ``replicas`` engines of ``tp`` GPUs of type ``device`` each."""
+    """A model served on ``replicas`` engines of ``tp`` GPUs of type ``device`` each.
+
+    ``weight_dtype`` / ``kv_dtype`` ``auto`` take the checkpoint's ``quantization_config``, else
+    bf16; after construction both hold the resolved dtype and ``*_source`` says where it came
+    from (``flag``, ``config`` or ``default``; :mod:`latsim.catalog.quant_resolve`).
+    """
 
     model: ModelSpec
     device: DeviceSpec
     tp: int = 1
     replicas: int = 1
     router: str = "round-robin"
-    weight_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
+    weight_dtype: str = AUTO
+    kv_dtype: str = AUTO
     engine: EngineConfig = field(default_factory=EngineConfig)
+    weight_dtype_source: str | None = field(default=None, compare=False)
+    kv_dtype_source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.replicas < 1:
@@ -80,10 +88,11 @@ class Deployment:
             )
         if self.router not in ROUTERS:
             raise ValueError(f"router must be one of {', '.join(ROUTERS)}, got {self.router!r}")
-        if self.weight_dtype not in WEIGHT_DTYPES:
-            raise ValueError(f"weight dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {self.weight_dtype!r}")
-        if self.kv_dtype not in KV_DTYPES:
-            raise ValueError(f"kv-cache dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_dtype!r}")
+        weight, weight_source = resolve_weight_dtype(self.model, self.weight_dtype, self.weight_dtype_source)
+        kv, kv_source = resolve_kv_dtype(self.model, self.kv_dtype, self.kv_dtype_source)
+        for name, value in (("weight_dtype", weight), ("weight_dtype_source", weight_source), ("kv_dtype", kv),
+                            ("kv_dtype_source", kv_source)):
+            object.__setattr__(self, name, value)
 
 
 def resolve_engine(deployment: Deployment) -> EngineConfig:

@@ -21,14 +21,24 @@ What is modelled, per family:
   2047).  Only the layer count and window size are kept; the KV sizing in
   :mod:`latsim.catalog.sizing` documents how they are used.
 * ``tie_word_embeddings`` missing takes the HF class default: true for Gemma-2, false otherwise.
+* ``quantization_config``: read into ``ModelSpec.quantization`` (:mod:`latsim.catalog.quant`),
+  with the linear parameters its ignore lists keep 16-bit counted
+  (:mod:`latsim.catalog.quant_layers`).  A method latsim does not model leaves it None here;
+  :func:`latsim.catalog.quant_resolve.resolve_weight_dtype` raises then, unless a weight dtype
+  is given explicitly.
+* A ``model_type`` of a known non-transformer or hybrid architecture (Mamba, RWKV, ...) is
+  rejected even when the config also carries Llama-style keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from latsim.catalog.models import ModelSpec
+from latsim.catalog.quant import parse_quantization
+from latsim.catalog.quant_layers import unquantized_linear_params
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "gemma2",
@@ -49,6 +59,17 @@ _FOREIGN_MARKERS = {
     "linear_num_key_heads": "linear-attention layers",
     "attn_type_list": "linear-attention layers",
 }
+# model_type values of architectures that are not attention + MLP stacks (or only partly).
+NON_TRANSFORMER_TYPES = {
+    "mamba": "state-space (Mamba)", "mamba2": "state-space (Mamba-2)", "falcon_mamba": "state-space (Mamba)",
+    "falcon_h1": "hybrid Mamba/attention", "jamba": "hybrid Mamba/attention", "bamba": "hybrid Mamba/attention",
+    "zamba": "hybrid Mamba/attention", "zamba2": "hybrid Mamba/attention", "nemotron_h": "hybrid Mamba/attention",
+    "granitemoehybrid": "hybrid Mamba/attention", "plamo2": "hybrid Mamba/attention",
+    "rwkv": "recurrent (RWKV)", "rwkv5": "recurrent (RWKV)", "rwkv6": "recurrent (RWKV)", "rwkv7": "recurrent (RWKV)",
+    "recurrent_gemma": "recurrent (Griffin)", "xlstm": "recurrent (xLSTM)", "retnet": "retention (RetNet)",
+    "lfm2": "hybrid convolution/attention", "minimax_text_01": "hybrid linear attention",
+    "qwen3_next": "hybrid linear attention",
+}
 
 
 def parse_hf_config(cfg: Mapping[str, Any], name: str) -> ModelSpec:
@@ -62,7 +83,7 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str) -> ModelSpec:
     _check_required(cfg, family)
     num_layers = _int(cfg, "num_hidden_layers")
     window, sliding_layers = _sliding_window(cfg, family, num_layers)
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         family=family,
         num_layers=num_layers,
@@ -83,6 +104,19 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str) -> ModelSpec:
         hf_config=tuple(sorted(cfg.items())),
         **_moe_fields(cfg, family, num_layers),
     )
+    return _with_quantization(spec, cfg)
+
+
+def _with_quantization(spec: ModelSpec, cfg: Mapping[str, Any]) -> ModelSpec:
+    """``spec`` with its checkpoint quantization; unchanged when there is none or latsim does not
+    model it (resolving the weight dtype reports that, see the module docstring)."""
+    try:
+        quant = parse_quantization(cfg)
+    except ValueError:
+        return spec
+    if quant is None:
+        return spec
+    return replace(spec, quantization=replace(quant, unquantized_linear=unquantized_linear_params(spec, quant)))
 
 
 def _family(cfg: Mapping[str, Any]) -> str:
@@ -92,6 +126,12 @@ def _family(cfg: Mapping[str, Any]) -> str:
         raise ValueError(f"config has no string 'model_type' (got {model_type!r}); accepted: {accepted}")
     if model_type in SUPPORTED_MODEL_TYPES:
         return model_type
+    if model_type.lower() in NON_TRANSFORMER_TYPES:
+        raise ValueError(
+            f"model_type {model_type!r} is a {NON_TRANSFORMER_TYPES[model_type.lower()]} architecture, which "
+            f"latsim does not simulate (even with Llama-style keys); accepted model_type values: {accepted} "
+            "(or a Llama-like config)"
+        )
     for key, what in _FOREIGN_MARKERS.items():
         if key in cfg:
             raise ValueError(
@@ -144,7 +184,7 @@ def _attention_bias(cfg: Mapping[str, Any], family: str) -> bool:
     return bool(cfg.get("attention_bias", False))
 
 
-def _moe_fields(cfg: Mapping[str, Any], family: str, num_layers: int) -> dict[str, int]:
+def _moe_fields(cfg: Mapping[str, Any], family: str, num_layers: int) -> dict[str, Any]:
     num_experts = _num_experts(cfg)
     if num_experts == 0:
         return {}

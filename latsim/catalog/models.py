@@ -15,8 +15,13 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
+from latsim.catalog.quant import QuantSpec
+
+DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "w8a16": 1.0,
+                                  "int4": 0.5}
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "w8a16", "int4")
+"""Linear-layer weight dtypes: fp8 and int8 are W8A8 (activations quantized too), w8a16 and int4
+are weight-only (8- or 4-bit weights, 16-bit GEMM inputs: Marlin-class kernels)."""
 KV_DTYPES = ("bf16", "fp16", "fp8")
 
 
@@ -40,6 +45,9 @@ class ModelSpec:
     ``hf_config`` keeps the original config as sorted ``(key, value)`` pairs so a config dir can
     be written for vLLM; it is excluded from equality, hashing and ``repr``.  Use
     :meth:`hf_config_dict` to get a private copy of the dict.
+
+    ``quantization`` is the checkpoint's ``quantization_config`` as vLLM runs it
+    (:mod:`latsim.catalog.quant`), None for a 16-bit checkpoint.
     """
 
     name: str
@@ -65,6 +73,7 @@ class ModelSpec:
     attention_bias: bool = False
     qk_norm: bool = False
     norms_per_layer: int = 2
+    quantization: QuantSpec | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",

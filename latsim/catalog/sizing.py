@@ -16,6 +16,11 @@ vLLM's fp8/int8/GPTQ/AWQ paths, which quantize only the decoder's linear layers.
 one 16-bit scale per group of :data:`INT4_GROUP_SIZE` weights (GPTQ/AWQ group size 128); the
 packed 4-bit zero points of asymmetric schemes (about 0.4 % more) and the per-channel or
 per-tensor scales of fp8/int8 are ignored.
+
+A model read from a quantized checkpoint (``ModelSpec.quantization``, see
+:mod:`latsim.catalog.quant`) is sized as stored when the weight dtype is the checkpoint's own:
+its bytes per weight (group size, zero points, bitsandbytes absmax) and the linear layers its
+ignore lists keep 16-bit.  Any other weight dtype is sized by the rules above.
 """
 
 from __future__ import annotations
@@ -81,11 +86,16 @@ def weight_bytes(model: ModelSpec, weight_dtype: str) -> int:
     """Bytes of all weights with decoder linear layers in ``weight_dtype`` (one GPU, no TP).
 
     ``weight_dtype`` is one of :data:`WEIGHT_DTYPES`.  Embedding, LM head, norms, biases and the
-    router stay 16-bit; ``int4`` includes the group-scale overhead.
+    router stay 16-bit; ``int4`` includes the group-scale overhead.  A checkpoint's own
+    quantization is used when ``weight_dtype`` is its dtype (module docstring).
     """
     per_weight = _linear_bytes_per_weight(weight_dtype)
     parts = param_breakdown(model)
     unquantized = parts.embedding + parts.lm_head + parts.other
+    quant = model.quantization
+    if quant is not None and quant.weight_dtype == weight_dtype:
+        kept = min(quant.unquantized_linear, parts.linear)
+        return round((unquantized + kept) * UNQUANTIZED_BYTES + (parts.linear - kept) * quant.bytes_per_weight)
     return round(unquantized * UNQUANTIZED_BYTES + parts.linear * per_weight)
 
 

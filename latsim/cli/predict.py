@@ -22,6 +22,7 @@ def predict(
     out_dir: Annotated[Path | None, Opt("--out", help="Write requests.parquet and summary.json here")] = None,
 ) -> None:
     """Simulate a deployment under a workload and report latency percentiles."""
+    from latsim.catalog.quant_resolve import dtype_report
     from latsim.metrics.summary import SLO
     from latsim.report.output import json_default, json_safe, write_outputs
     from latsim.report.tables import latency_table, system_table
@@ -34,13 +35,15 @@ def predict(
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
     result = simulate(deployment, workload, seed=settings.seed or 0, slo=slo)
     _check_outcome(result.summary, len(workload))
+    result.summary.update(dtype_report(deployment))
     if out_dir:
         write_outputs(result, out_dir)
     if as_json:
         print(json.dumps(json_safe(result.summary), allow_nan=False, default=json_default))
         return
     title = (f"{deployment.model.name} on {deployment.replicas} replica(s) x TP{deployment.tp} "
-             f"{deployment.device.name} ({deployment.engine.engine})")
+             f"{deployment.device.name} ({deployment.engine.engine}; weights {deployment.weight_dtype} "
+             f"from {deployment.weight_dtype_source}, KV {deployment.kv_dtype})")
     out.print(latency_table(result.summary))
     out.print(system_table(result.summary, title))
 

@@ -142,6 +142,16 @@ class HostOverlapCostModel:
             return gpu if gpu > host else host
         return gpu + host
 
+    def parts(self, batch: BatchShape) -> tuple[float, float]:
+        """``(GPU seconds, host seconds)`` of one step: :meth:`step_time` is their ``max`` when
+        asynchronous, their sum when not (``(0.0, 0.0)`` for an empty step)."""
+        gpu = self._inner_step(batch) * self._scale
+        if gpu <= 0.0:
+            return 0.0, 0.0
+        if self._graph_tokens is not None and batch.num_tokens > self._graph_tokens:
+            gpu += self._eager_s
+        return gpu, self._host_s(batch.num_seqs)
+
     def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
         gpu = self.inner.decode_run(seqs, kv_tokens, steps) * self._scale
         if seqs == 0:

@@ -9,7 +9,7 @@ the same IEEE operations in the same order, so both give bitwise-identical resul
 
 Operators (names are a contract with calibration, which fits one regressor per operator):
 ``embed qkv_proj rope attn_prefill attn_decode kv_write o_proj norm mlp_up act mlp_down
-moe_router moe_experts allreduce lm_head sampling``.  Every table lists all of them; those a
+moe_router moe_experts act_quant allreduce lm_head sampling``.  Every table lists all of them; those a
 model lacks (``moe_*`` for a dense model, ``allreduce`` at tp=1) are zero.
 
 Assumptions (each is a statement about vLLM's kernels, not a fitted number):
@@ -17,7 +17,19 @@ Assumptions (each is a statement about vLLM's kernels, not a fitted number):
 - Activations are 2-byte (bf16); embedding, router and ``lm_head`` weights stay in bf16 even
   when the other weights are quantised (vLLM's fp8/int schemes skip them by default).
 - GEMMs run on the tensor-core peak of ``shard.GEMM_COMPUTE_DTYPE[weight_dtype]`` (W8A8 for
-  fp8/int8; int4 is weight-only, dequantised to bf16).  Quantisation scales are not counted.
+  fp8/int8; int4 and w8a16 are weight-only, dequantised to bf16).  Quantisation scales are not
+  counted.
+- ``act_quant`` (W8A8 only, zero otherwise): the quantization of W8A8 GEMM inputs to 8 bits that
+  runs as a kernel of its own before a CUTLASS scaled GEMM.  Under vLLM's default compilation the
+  inputs produced by an RMSNorm (QKV, MLP-up, shared-expert-up) or a SiLU x mul (MLP-down,
+  shared-expert-down) are quantized inside that kernel (RMSNorm + quant and SiLU-mul + quant
+  fusion, or Inductor fusing the native ops), which then writes 8 instead of 16 bits (counted as
+  unchanged).  What remains, per layer: the O-projection input (after attention, a graph
+  boundary; query width), and in MoE layers the fused-MoE op's two inputs (hidden once per
+  token, and ``top_k`` x expert width).  Each is one kernel that reads the 16-bit input and
+  writes 8 bits plus one fp32 scale per row (per token or per group of a row alike; a static
+  scale too).  Which inputs fuse is a statement about vLLM's compiled graph that the live
+  FP8 runs must confirm.
 - Sharding over ``tp`` GPUs as in vLLM: see :mod:`latsim.costmodel.shard`.
 - Every prefill chunk samples a token: :class:`BatchShape` does not say which chunks finish
   their prompt, so ``lm_head`` and ``sampling`` run for ``prefill_seqs + decode_seqs`` rows.
@@ -54,7 +66,7 @@ Terms: TypeAlias = "tuple[tuple[int, float], ...]"
 
 OP_NAMES = (
     "embed", "qkv_proj", "rope", "attn_prefill", "attn_decode", "kv_write", "o_proj", "norm",
-    "mlp_up", "act", "mlp_down", "moe_router", "moe_experts", "allreduce", "lm_head", "sampling",
+    "mlp_up", "act", "mlp_down", "moe_router", "moe_experts", "act_quant", "allreduce", "lm_head", "sampling",
 )
 OP_KINDS = ("gemm", "attention", "memory", "comm")
 
@@ -74,6 +86,9 @@ NORM_PASSES = 4.0  # fused add+RMSNorm: read x and residual, write both
 ACT_FLOPS_PER_ELEM = 5.0  # SiLU/GeLU (~4) and the gating multiply
 MOE_KERNELS_PER_LAYER = 4.0  # align/sort tokens, grouped up GEMM, grouped down GEMM, weighted sum
 ROUTER_KERNELS_PER_LAYER = 2.0  # gate GEMM, fused softmax+top-k
+QUANT_FLOPS_PER_ELEM = 3.0  # |x|, running max, scale and round
+QUANT_OUT_BYTES = 1.0  # 8-bit output
+SCALE_BYTES = 4.0  # one fp32 scale per row
 LOGIT_BYTES = 4.0  # the sampler works on fp32 logits
 SAMPLER_PASSES = 6.0  # cast to fp32, temperature, softmax (read+write), exponential race
 SAMPLER_FLOPS_PER_LOGIT = 8.0
@@ -213,6 +228,20 @@ def _moe_experts(s: ShardSpec) -> OpForm:
     )
 
 
+def _act_quant(s: ShardSpec) -> OpForm:
+    """Quantization of every W8A8 GEMM input (see the module note); empty for other dtypes."""
+    if s.act_quant == "none":
+        return _memory("act_quant", (), (), ())
+    moe = float(s.moe_layers)
+    widths = [(float(s.q_width), float(s.layers))]  # o_proj: the one input no fused kernel produces
+    if s.moe_layers:
+        widths += [(float(s.hidden), moe), (float(s.top_k * s.expert_width), moe)]  # inside fused MoE
+    elems = sum(w * n for w, n in widths)
+    rows = sum(n for _, n in widths)
+    return _memory("act_quant", _lin((T, QUANT_FLOPS_PER_ELEM * elems)),
+                   _lin((T, elems * (s.act_bytes + QUANT_OUT_BYTES) + rows * SCALE_BYTES)), _lin((HAS_T, rows)))
+
+
 def _allreduce(s: ShardSpec) -> OpForm:
     count = float(2 * s.layers + 1) if s.tp > 1 else 0.0
     return OpForm("allreduce", "comm", ACT_DTYPE, 0.0, (), _lin((T, count * s.hidden * s.act_bytes)),
@@ -244,6 +273,7 @@ def op_forms(s: ShardSpec) -> tuple[OpForm, ...]:
         _gemm("moe_router", s, h, s.experts, s.moe_layers, dtype=ACT_DTYPE, wbytes=a,
               kernels=ROUTER_KERNELS_PER_LAYER),
         _moe_experts(s),
+        _act_quant(s),
         _allreduce(s),
         _gemm("lm_head", s, h, s.vocab_shard, 1, rows=S, active=HAS_S, dtype=ACT_DTYPE, wbytes=a),
         _sampling(s),

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from latsim.catalog.models import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, ModelSpec
 
 ACT_DTYPE = "bf16"
-GEMM_COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "int4": "bf16"}
-"""Tensor-core dtype of a GEMM per weight dtype: W8A8 for fp8/int8, int4 is weight-only."""
+GEMM_COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "w8a16": "bf16", "int4": "bf16"}
+"""Tensor-core dtype of a GEMM per weight dtype: W8A8 for fp8/int8, w8a16 and int4 are weight-only."""
+DEFAULT_ACT_QUANT = "dynamic-per-token"
+"""Activation quantization of a W8A8 dtype chosen by flag rather than read from a checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class ShardSpec:
     routed-expert and shared-expert intermediate sizes.  ``window_layers`` of the ``layers``
     attend to the last ``window`` tokens (0: none).  ``norms`` counts hidden-size RMSNorms
     per step.  Byte sizes are per element of weights, KV cache and activations.
+    ``act_quant`` is how GEMM inputs are quantized before a W8A8 GEMM (one of
+    :data:`latsim.catalog.quant.ACT_QUANT`; ``none`` for 16-bit and weight-only dtypes).
     """
 
     tp: int
@@ -53,6 +57,7 @@ class ShardSpec:
     kv_bytes: float
     act_bytes: float
     gemm_dtype: str
+    act_quant: str = "none"
 
 
 def shard_model(model: ModelSpec, tp: int = 1, weight_dtype: str = "bf16",
@@ -72,9 +77,30 @@ def shard_model(model: ModelSpec, tp: int = 1, weight_dtype: str = "bf16",
         shared_width=model.shared_expert_intermediate_size // tp if model.is_moe else 0,
         vocab=model.vocab_size, vocab_shard=-(-model.vocab_size // tp),
         norms=model.norms_per_layer * model.num_layers + 1, qk_norm=model.qk_norm,
-        weight_bytes=DTYPE_BYTES[weight_dtype], kv_bytes=DTYPE_BYTES[kv_dtype],
+        weight_bytes=stored_weight_bytes(model, weight_dtype), kv_bytes=DTYPE_BYTES[kv_dtype],
         act_bytes=DTYPE_BYTES[ACT_DTYPE], gemm_dtype=GEMM_COMPUTE_DTYPE[weight_dtype],
+        act_quant=act_quant_of(model, weight_dtype),
     )
+
+
+def stored_weight_bytes(model: ModelSpec, weight_dtype: str) -> float:
+    """Bytes one quantized weight occupies: the checkpoint's (scales included) when
+    ``weight_dtype`` is the checkpoint's dtype, else the dtype's size."""
+    quant = model.quantization
+    if quant is not None and quant.weight_dtype == weight_dtype:
+        return quant.bytes_per_weight
+    return DTYPE_BYTES[weight_dtype]
+
+
+def act_quant_of(model: ModelSpec, weight_dtype: str) -> str:
+    """How activations are quantized for ``weight_dtype``: the checkpoint's scheme when it is the
+    checkpoint's dtype, :data:`DEFAULT_ACT_QUANT` for another W8A8 dtype, ``none`` otherwise."""
+    if GEMM_COMPUTE_DTYPE[weight_dtype] not in ("fp8", "int8"):
+        return "none"
+    quant = model.quantization
+    if quant is not None and quant.weight_dtype == weight_dtype and quant.act_quant != "none":
+        return quant.act_quant
+    return DEFAULT_ACT_QUANT
 
 
 def _check_choice(field: str, value: str, accepted: Sequence[str]) -> None:

@@ -108,7 +108,7 @@ def test_weight_bytes_keep_embeddings_norms_and_router_16_bit() -> None:
 
 
 def test_weight_bytes_reject_unknown_dtype() -> None:
-    accepted = "weight_dtype must be one of bf16, fp16, fp8, int8, int4, got 'fp4'"
+    accepted = "weight_dtype must be one of bf16, fp16, fp8, int8, w8a16, int4, got 'fp4'"
     with pytest.raises(ValueError, match=accepted):
         weight_bytes(load_model("llama-3.1-8b"), "fp4")
 

@@ -109,7 +109,7 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[
         shape = (s.experts, s.top_k, s.hidden, s.expert_width)
         total = total + s.moe_layers * p.moe_s(t, shape, device, s.weight_bytes)
     forms = {f.name: f for f in op_forms(s)}
-    for name in ("embed", "rope", "kv_write", "norm"):
+    for name in ("embed", "rope", "kv_write", "norm") + (("act_quant",) if s.act_quant != "none" else ()):
         total = total + _memory_op(p, forms[name], t, device)
     total = total + _act_s(p, s, t, device)
     return total + _allreduce(p, s, t, device, notes), notes

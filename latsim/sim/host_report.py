@@ -1,0 +1,181 @@
+"""How host-bound a deployment is, and how far its latency moves with the host's CPU speed.
+
+Two questions a planner asks before trusting a prediction on a VM whose CPU speed is not the
+reference host's:
+
+* :func:`host_share`: of the engine's step time, how much does the CPU set?  The deployment is
+  simulated once more on the reference engine (one ``step_time`` per step, the same results as
+  the prediction), every priced step split into its GPU and host seconds
+  (:meth:`~latsim.costmodel.host.HostOverlapCostModel.parts`), and the splits summed by
+  :func:`share_from_parts`.
+* :func:`host_speed_sensitivity`: TTFT and TPOT P50 re-simulated at other host speeds
+  (:attr:`~latsim.deployment.EngineConfig.host_speed`; 0.6 and 1.2 by default, the range
+  lent VMs show), as absolute values and relative to the prediction's own speed.
+
+What the share counts: the per-step host terms (scheduling, input preparation and output
+processing, ``step_s + seq_s x sequences``).  The front-end latency (``frontend_s``, outside
+the step loop: TTFT only) is reported beside it, and graph-less launches by their count and
+CPU seconds; the re-simulations at other speeds include every CPU term.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.host import HostOverlapCostModel, check_host_speed
+from latsim.deployment import resolve_engine
+from latsim.sim.simulate import default_cost_model, simulate
+
+DEFAULT_SPEEDS = (0.6, 1.2)
+
+
+@dataclass(frozen=True)
+class HostShare:
+    """The CPU's part of a run's step time (fractions in [0, 1]).
+
+    ``cpu_set_share``: step time of the steps whose length the CPU sets (asynchronous: host
+    seconds > GPU seconds; synchronous: the host seconds of every step, which add to the GPU's)
+    over all step time.  ``cpu_excess_share``: the step time an infinitely fast CPU would
+    remove (asynchronous: ``max(0, host - gpu)`` summed; synchronous: the host seconds).
+    ``host_bound_steps``: fraction of steps with host seconds > GPU seconds.
+    """
+
+    steps: int
+    step_s: float
+    gpu_s: float
+    host_s: float
+    cpu_set_share: float
+    cpu_excess_share: float
+    host_bound_steps: float
+    asynchronous: bool
+    frontend_s: float = 0.0
+    launches: int = 0
+    launch_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def share_from_parts(gpu_s: npt.ArrayLike, host_s: npt.ArrayLike, asynchronous: bool) -> HostShare:
+    """:class:`HostShare` of steps with these GPU and host seconds (equal-length, >= 0)."""
+    gpu, host = np.asarray(gpu_s, dtype=np.float64), np.asarray(host_s, dtype=np.float64)
+    if gpu.shape != host.shape or gpu.ndim != 1:
+        raise ValueError(f"gpu_s and host_s must be 1-D and of equal length, got {gpu.shape} and {host.shape}")
+    if np.any(gpu < 0) or np.any(host < 0) or not (np.all(np.isfinite(gpu)) and np.all(np.isfinite(host))):
+        raise ValueError("gpu_s and host_s must be finite and >= 0")
+    bound = host > gpu
+    step = np.maximum(gpu, host) if asynchronous else gpu + host
+    total = float(step.sum())
+    if asynchronous:
+        cpu_set, excess = float(step[bound].sum()), float((host - gpu)[bound].sum())
+    else:
+        cpu_set = excess = float(host.sum())
+    frac = (lambda x: x / total) if total > 0 else (lambda x: 0.0)
+    return HostShare(steps=int(gpu.size), step_s=total, gpu_s=float(gpu.sum()), host_s=float(host.sum()),
+                     cpu_set_share=frac(cpu_set), cpu_excess_share=frac(excess),
+                     host_bound_steps=float(bound.mean()) if gpu.size else 0.0, asynchronous=asynchronous)
+
+
+class _Tally:
+    """A cost model that prices like ``inner`` and keeps each step's GPU and host seconds."""
+
+    def __init__(self, inner: HostOverlapCostModel) -> None:
+        self.inner = inner
+        self.kind, self.frontend_s = inner.kind, inner.frontend_s
+        self.launch_from, self.launch_tail_s, self.launch_sigma = (inner.launch_from, inner.launch_tail_s,
+                                                                   inner.launch_sigma)
+        self.gpu: list[float] = []
+        self.host: list[float] = []
+        self.launches: list[float] = []
+
+    def step_time(self, batch: BatchShape) -> float:
+        gpu, host = self.inner.parts(batch)
+        if gpu > 0.0:
+            self.gpu.append(gpu)
+            self.host.append(host)
+        return self.inner.step_time(batch)
+
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
+        shapes = (BatchShape(decode_seqs=seqs, decode_kv_tokens=kv_tokens + i * seqs) for i in range(steps))
+        return np.array([self.step_time(b) for b in shapes], dtype=np.float64)
+
+    def launch_s(self, batch: BatchShape) -> float:
+        seconds = self.inner.launch_s(batch)
+        if seconds > 0.0:
+            self.launches.append(seconds)
+        return seconds
+
+    def describe(self) -> dict[str, object]:
+        return self.inner.describe()
+
+
+def _cost_model(deployment: Any) -> HostOverlapCostModel:
+    """The deployment's default cost model (the one ``simulate`` builds when given none)."""
+    cm = default_cost_model(deployment, resolve_engine(deployment))
+    if not isinstance(cm, HostOverlapCostModel):
+        raise TypeError(f"expected the host-overlap cost model, got {type(cm).__name__}")
+    return cm
+
+
+def host_share(deployment: Any, trace: Any, *, seed: int = 0) -> HostShare:
+    """The CPU's part of ``deployment``'s step time under ``trace`` (see the module docstring).
+
+    Simulates once on the reference engine (several times slower than a prediction for long
+    traces, the same results).
+    """
+    tally = _Tally(_cost_model(deployment))
+    simulate(deployment, trace, seed=seed, cost_model=tally, fast_forward=False)
+    share = share_from_parts(tally.gpu, tally.host, tally.inner.asynchronous)
+    return replace(share, frontend_s=tally.frontend_s, launches=len(tally.launches),
+                   launch_s=float(sum(tally.launches)))
+
+
+def host_speed_sensitivity(deployment: Any, trace: Any, speeds: tuple[float, ...] = DEFAULT_SPEEDS, *,
+                           seed: int = 0, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """TTFT and TPOT P50 (ms) at each host speed in ``speeds``, and their change from ``base``.
+
+    ``base`` is the prediction's summary at the deployment's own ``host_speed`` (simulated here
+    when None).  Each entry: ``host_speed``, ``ttft_p50_ms``, ``tpot_p50_ms``, the relative
+    changes ``ttft_p50_change`` / ``tpot_p50_change`` (0.10: 10 % slower; None when a P50 is
+    missing), and ``stable``
+    (False when requests were still unfinished at the horizon: the deployment cannot keep up
+    at that speed, and its percentiles describe only what finished).
+    """
+    for speed in speeds:
+        check_host_speed(speed)
+    if base is None:
+        base = simulate(deployment, trace, seed=seed).summary
+    out: dict[str, Any] = {"reference_host_speed": deployment.engine.host_speed,
+                           "ttft_p50_ms": _p50(base, "ttft_ms"), "tpot_p50_ms": _p50(base, "tpot_ms"), "at": []}
+    for speed in speeds:
+        moved = replace(deployment, engine=replace(deployment.engine, host_speed=speed))
+        summary = simulate(moved, trace, seed=seed).summary
+        ttft, tpot = _p50(summary, "ttft_ms"), _p50(summary, "tpot_ms")
+        out["at"].append({"host_speed": speed, "ttft_p50_ms": ttft, "tpot_p50_ms": tpot,
+                          "ttft_p50_change": _change(ttft, out["ttft_p50_ms"]),
+                          "tpot_p50_change": _change(tpot, out["tpot_p50_ms"]),
+                          "stable": bool(summary.get("stable", True))})
+    return out
+
+
+def host_report(deployment: Any, trace: Any, *, seed: int = 0, speeds: tuple[float, ...] = DEFAULT_SPEEDS,
+                base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Both answers in one JSON-ready dict: ``share`` (:class:`HostShare`) and ``speeds``."""
+    return {"share": host_share(deployment, trace, seed=seed).as_dict(),
+            "speeds": host_speed_sensitivity(deployment, trace, speeds, seed=seed, base=base)}
+
+
+def _p50(summary: dict[str, Any], key: str) -> float | None:
+    value = (summary.get(key) or {}).get("p50")
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _change(value: float | None, ref: float | None) -> float | None:
+    """``value / ref - 1``; None when either is missing (no request finished) or ``ref`` is 0."""
+    return value / ref - 1.0 if value is not None and ref else None

@@ -1,0 +1,67 @@
+"""``latsim predict`` on quantized checkpoints: dtypes and sources in the output, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from latsim.catalog import model_config_dict
+from latsim.cli import main
+
+FIXTURES = json.loads((Path(__file__).parent / "quant_configs.json").read_text())
+SMALL = ["--num-requests", "40", "--qps", "4", "--device", "h200", "--json"]
+
+
+def run(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["latsim", *argv])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def checkpoint(tmp_path: Path, quant: str | None, model_type: str = "llama") -> str:
+    cfg = model_config_dict("llama-3.1-8b")
+    cfg["model_type"] = model_type
+    if quant:
+        cfg["quantization_config"] = FIXTURES[quant]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_predict_reports_the_config_dtype_and_a_flag_override(tmp_path, monkeypatch, capsys) -> None:
+    path = checkpoint(tmp_path, "modelopt_fp8_kv")
+    code, out, _ = run(["predict", "--model", path, *SMALL], monkeypatch, capsys)
+    assert code == 0
+    summary = json.loads(out)
+    assert (summary["weight_dtype"], summary["weight_dtype_source"]) == ("fp8", "config")
+    assert (summary["kv_dtype"], summary["kv_dtype_source"]) == ("fp8", "config")
+    assert summary["quantization"]["method"] == "modelopt"
+    code, out, _ = run(["predict", "--model", path, "--weight-dtype", "bf16", *SMALL], monkeypatch, capsys)
+    flagged = json.loads(out)
+    assert (flagged["weight_dtype"], flagged["weight_dtype_source"]) == ("bf16", "flag")
+    assert flagged["kv_capacity_tokens"] < summary["kv_capacity_tokens"]
+
+
+@pytest.mark.parametrize(("quant", "model_type", "needle"), [
+    ("reject_hqq", "llama", "quantization_config method 'hqq' is not modelled; known methods:"),
+    (None, "mamba", "model_type 'mamba' is a state-space (Mamba) architecture"),
+])
+def test_bad_checkpoints_exit_2_with_one_line(tmp_path, monkeypatch, capsys, quant, model_type, needle) -> None:
+    path = checkpoint(tmp_path, quant, model_type)
+    code, out, err = run(["predict", "--model", path, *SMALL], monkeypatch, capsys)
+    assert code == 2 and out == ""
+    assert needle in err and err.count("\n") == 1
+
+
+def test_weight_dtype_flag_overrides_an_unmodelled_method(tmp_path, monkeypatch, capsys) -> None:
+    path = checkpoint(tmp_path, "reject_hqq")
+    code, out, _ = run(["predict", "--model", path, "--weight-dtype", "int4", *SMALL], monkeypatch, capsys)
+    assert code == 0 and json.loads(out)["weight_dtype_source"] == "flag"

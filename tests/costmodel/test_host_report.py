@@ -1,0 +1,75 @@
+"""Host-boundness: the CPU's share of step time, and TTFT/TPOT at other host speeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from latsim import Deployment, load_device, load_model, simulate, synthesize
+from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.factory import build_cost_model
+from latsim.costmodel.host import HostOverlapCostModel
+from latsim.sim.host_report import host_share, host_speed_sensitivity, share_from_parts
+
+
+def trace(qps: float, n: int = 80):
+    return synthesize(qps, n, "poisson", 400, 64, np.random.default_rng(1))
+
+
+def deployment(model: str) -> Deployment:
+    return Deployment(model=load_model(model), device=load_device("h200"))
+
+
+def test_share_of_asynchronous_steps_counts_the_steps_the_cpu_sets() -> None:
+    s = share_from_parts([1.0, 1.0, 1.0], [0.5, 2.0, 0.0], asynchronous=True)
+    assert s.step_s == 4.0 and s.cpu_set_share == 0.5 and s.cpu_excess_share == 0.25
+    assert s.host_bound_steps == pytest.approx(1 / 3)
+
+
+def test_share_of_synchronous_steps_is_the_host_seconds() -> None:
+    s = share_from_parts([1.0, 1.0, 1.0], [0.5, 2.0, 0.0], asynchronous=False)
+    assert s.step_s == 5.5 and s.cpu_set_share == s.cpu_excess_share == pytest.approx(2.5 / 5.5)
+
+
+@pytest.mark.parametrize(("gpu", "host", "needle"), [
+    ([1.0, 2.0], [1.0], "equal length"),
+    ([1.0], [-1.0], ">= 0"),
+    ([float("nan")], [1.0], "finite"),
+])
+def test_share_rejects_bad_parts(gpu, host, needle) -> None:
+    with pytest.raises(ValueError, match=needle):
+        share_from_parts(gpu, host, asynchronous=True)
+
+
+@pytest.mark.parametrize("asynchronous", [True, False])
+def test_parts_combine_to_the_step_time(asynchronous: bool) -> None:
+    cm = build_cost_model(load_model("llama-3.1-8b"), load_device("h200"), asynchronous=asynchronous,
+                          graph_tokens=512)
+    assert isinstance(cm, HostOverlapCostModel)
+    for batch in (BatchShape.from_chunks([], [900] * 4), BatchShape.from_chunks([(2000, 0)], [900] * 4),
+                  BatchShape()):
+        gpu, host = cm.parts(batch)
+        assert cm.step_time(batch) == ((max(gpu, host) if asynchronous else gpu + host) if gpu > 0 else 0.0)
+
+
+def test_small_model_is_host_bound_and_the_share_run_changes_nothing() -> None:
+    small, large = deployment("llama-3.2-1b"), deployment("llama-3.1-8b")
+    work = trace(12.0)
+    s_small, s_large = host_share(small, work), host_share(large, work)
+    assert s_small.cpu_set_share > s_large.cpu_set_share
+    assert s_small.host_bound_steps > 0.5
+    assert s_small.steps == simulate(small, work).summary["engine_steps"]
+
+
+def test_speed_sensitivity_moves_a_host_bound_deployment_and_is_zero_at_its_own_speed() -> None:
+    dep, work = deployment("llama-3.2-1b"), trace(12.0)
+    out = host_speed_sensitivity(dep, work, (0.6, 1.0, 1.2))
+    slow, same, fast = out["at"]
+    assert same["tpot_p50_change"] == 0.0 and same["ttft_p50_change"] == 0.0
+    assert slow["tpot_p50_ms"] > out["tpot_p50_ms"] > fast["tpot_p50_ms"]
+    assert slow["tpot_p50_change"] > 0.1 and all(e["stable"] for e in out["at"])
+
+
+def test_speed_sensitivity_rejects_a_speed_out_of_range() -> None:
+    with pytest.raises(ValueError, match="host_speed must be a number in"):
+        host_speed_sensitivity(deployment("llama-3.2-1b"), trace(2.0, 5), (0.0,))
