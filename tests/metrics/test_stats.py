@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -124,14 +122,6 @@ def test_bootstrap_ci_covers_true_p99_most_of_the_time() -> None:
         lo, hi = bootstrap_ci(rng.lognormal(size=3000), 99, rng, n_boot=500)
         hits += lo <= true_p99 <= hi
     assert 0.88 <= hits / trials <= 0.995
-
-
-def test_bootstrap_is_fast_for_100k_values() -> None:
-    values = np.random.default_rng(0).exponential(size=100_000)
-    start = time.perf_counter()
-    lo, hi = bootstrap_ci(values, 99, np.random.default_rng(0), n_boot=2000)
-    assert time.perf_counter() - start < 1.0
-    assert lo < hi
 
 
 def test_bootstrap_without_samples() -> None:
