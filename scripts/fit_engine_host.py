@@ -26,7 +26,7 @@ import numpy as np
 from latsim.engines.vllm import host_write
 from latsim.engines.vllm.host_terms import read_host_terms
 from latsim.measure.records import read_meta
-from latsim.provenance import combined_digest, record, round_significant, run_inputs, significant
+from latsim.provenance import combined_digest, display_path, record, round_significant, run_inputs, significant
 from latsim.validate.compare import find_runs
 from latsim.validate.fit_host import DENSE_FIELDS, FIELDS, TARGETS, Replay, errors, fit_host, load_replays
 
@@ -130,7 +130,7 @@ def write(args: argparse.Namespace, start, host, losses: dict[str, float], group
                "median_abs_error_at_written": significant(at_written, 3)}
     changed = host_write.write_terms(args.yaml, terms, record(inputs, results, exclude=args.yaml),
                                      script="fit_engine_host", entry=args.kind)
-    print(f"{args.yaml}: {'written' if changed else 'unchanged'} ({', '.join(terms)})")
+    print(f"{display_path(args.yaml)}: {'written' if changed else 'unchanged'} ({', '.join(terms)})")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import numpy as np
 
 from latsim.engines.vllm import host_write
 from latsim.measure.records import load_run, read_meta
-from latsim.provenance import record, round_decimals, run_inputs, significant
+from latsim.provenance import display_path, record, round_decimals, run_inputs, significant
 from latsim.validate.compare import host_probe_ms
 
 DECIMALS = {"step_s": 6, "seq_s": 8, "host_reference_probe_s": 5}
@@ -97,7 +97,7 @@ def main() -> None:
         entry = None if args.against else "calibrated"
         written = host_write.write_terms(args.yaml, terms, record(inputs, results, exclude=args.yaml),
                                          script="host_steps", entry=entry)
-        print(f"{args.yaml}: {'written' if written else 'unchanged'} ({', '.join(terms)})")
+        print(f"{display_path(args.yaml)}: {'written' if written else 'unchanged'} ({', '.join(terms)})")
 
 
 def line(root: Path, min_concurrency: int) -> tuple[dict, dict, dict]:

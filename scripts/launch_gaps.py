@@ -37,7 +37,7 @@ import numpy as np
 from latsim.engines.vllm import host_write
 from latsim.engines.vllm.host_terms import read_host_terms
 from latsim.measure.records import load_run
-from latsim.provenance import record, round_decimals, run_inputs, significant
+from latsim.provenance import display_path, record, round_decimals, run_inputs, significant
 
 HELD_S = 8e-3
 SPLIT_S = 5e-4
@@ -160,7 +160,7 @@ def write(args: argparse.Namespace, terms: dict[str, float], results: dict, step
     rounded = {k: round_decimals(v, DECIMALS[k]) for k, v in terms.items()}
     written = host_write.write_terms(args.yaml, rounded, record(inputs, results, exclude=args.yaml),
                                      script="launch_gaps", entry="calibrated")
-    print(f"{args.yaml}: {'written' if written else 'unchanged'} ({', '.join(rounded)})")
+    print(f"{display_path(args.yaml)}: {'written' if written else 'unchanged'} ({', '.join(rounded)})")
 
 
 if __name__ == "__main__":

@@ -86,9 +86,21 @@ def write_terms(path: str | Path, terms: Mapping[str, float], record: Mapping[st
     return True
 
 
+class _Dumper(yaml.SafeDumper):
+    """Block style, but a list of plain scalars on one line (``[2, 4, 8]``)."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, value: list) -> yaml.Node:
+    flow = all(isinstance(v, (int, float, str)) for v in value)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
+
+
+_Dumper.add_representer(list, _represent_list)
+
+
 def dump(data: Mapping[str, Any]) -> str:
-    """The file's text: :data:`HEADER`, then ``data`` as block YAML in insertion order."""
-    return HEADER + yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False, width=100)
+    """The file's text: :data:`HEADER`, then ``data`` as YAML in insertion order."""
+    return HEADER + yaml.dump(dict(data), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
 def _check_terms(terms: Mapping[str, float], entry: str | None) -> None:
