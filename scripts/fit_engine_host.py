@@ -128,8 +128,11 @@ def write(args: argparse.Namespace, start, host, losses: dict[str, float], group
     }
     results = {"loss": significant(losses), "fitted": significant({n: getattr(host, n) for n in free}, 6),
                "median_abs_error_at_written": significant(at_written, 3)}
-    changed = host_write.write_terms(args.yaml, terms, record(inputs, results, exclude=args.yaml),
-                                     script="fit_engine_host", entry=args.kind)
+    try:
+        changed = host_write.write_terms(args.yaml, terms, record(inputs, results, exclude=args.yaml),
+                                         script="fit_engine_host", entry=args.kind)
+    except ValueError as exc:
+        raise SystemExit(f"{display_path(args.yaml)}: {exc}") from None
     print(f"{display_path(args.yaml)}: {'written' if changed else 'unchanged'} ({', '.join(terms)})")
 
 

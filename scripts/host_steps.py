@@ -95,8 +95,11 @@ def main() -> None:
         terms, inputs, results = line(args.sweep[0], args.min_concurrency)
     if args.write:
         entry = None if args.against else "calibrated"
-        written = host_write.write_terms(args.yaml, terms, record(inputs, results, exclude=args.yaml),
-                                         script="host_steps", entry=entry)
+        try:
+            written = host_write.write_terms(args.yaml, terms, record(inputs, results, exclude=args.yaml),
+                                             script="host_steps", entry=entry)
+        except ValueError as exc:
+            raise SystemExit(f"{display_path(args.yaml)}: {exc}") from None
         print(f"{display_path(args.yaml)}: {'written' if written else 'unchanged'} ({', '.join(terms)})")
 
 

@@ -82,6 +82,8 @@ def gaps(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     launch, tail = emissions[j - 1] - emissions[j - 2], emissions[j] - emissions[j - 1]
     held = launch > HELD_S
     layers = int((m.meta.get("model") or {}).get("config", {}).get("num_hidden_layers", 0))
+    if layers <= 0:
+        raise SystemExit(f"{run}: meta.json has no model.config.num_hidden_layers")
     return launch[held], tail[held], counts[j][held], layers
 
 
@@ -89,8 +91,8 @@ def stats(launch: np.ndarray, tail: np.ndarray, seqs: np.ndarray, layers: int,
           step_s: float, seq_s: float) -> dict[str, float]:
     """Held launches, their median, the median launch less the step's host time per layer, the
     log-normal spread of the launches, and the median tail of the launch-bound ones."""
-    if len(launch) == 0 or layers <= 0:
-        raise SystemExit(f"no held launch to measure (held {len(launch)}, layers {layers})")
+    if len(launch) == 0:
+        raise SystemExit(f"no held launch (a gap above {HELD_S * 1e3:g} ms before a first token) to measure")
     p10, p50, p90 = np.percentile(launch, [10, 50, 90])
     bound = tail[tail <= LAUNCH_BOUND_TAIL_S]
     return {"held": len(launch), "launch_p50_s": float(p50),
@@ -158,8 +160,11 @@ def write(args: argparse.Namespace, terms: dict[str, float], results: dict, step
               "host": {"step_s": step_s, "seq_s": seq_s}, "decimals": {k: DECIMALS[k] for k in terms}}
     results = significant({**results, **{f"{k}_unrounded": v for k, v in terms.items()}}, 6)
     rounded = {k: round_decimals(v, DECIMALS[k]) for k, v in terms.items()}
-    written = host_write.write_terms(args.yaml, rounded, record(inputs, results, exclude=args.yaml),
-                                     script="launch_gaps", entry="calibrated")
+    try:
+        written = host_write.write_terms(args.yaml, rounded, record(inputs, results, exclude=args.yaml),
+                                         script="launch_gaps", entry="calibrated")
+    except ValueError as exc:
+        raise SystemExit(f"{display_path(args.yaml)}: {exc}") from None
     print(f"{display_path(args.yaml)}: {'written' if written else 'unchanged'} ({', '.join(rounded)})")
 
 

@@ -148,3 +148,40 @@ def test_fit_engine_host_writes_the_freed_terms(tmp_path: Path, hostfile: Path,
     before = hostfile.read_bytes()
     run_script("fit_engine_host.py", argv, monkeypatch)  # the same fit from the same start
     assert hostfile.read_bytes() == before
+
+
+def test_host_steps_refuses_to_write_a_negative_term(tmp_path: Path, hostfile: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep = tmp_path / "sweep"
+    for c in (2, 8, 32):
+        level(sweep, c, 5e-3 - 1e-5 * c, np.random.default_rng(c))  # faster with more in flight
+    before = hostfile.read_bytes()
+    with pytest.raises(SystemExit, match=r"host.yaml: term seq_s=-1e-05: expected a finite number >= 0"):
+        run_script("host_steps.py", [str(sweep), "--write", "--yaml", str(hostfile)], monkeypatch)
+    assert hostfile.read_bytes() == before
+
+
+def test_launch_gaps_says_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dense = launch_run(tmp_path / "dense", 32, [0.020, 0.022], 3e-3)
+    other = launch_run(tmp_path / "other", 48, [0.020, 0.022], 3e-3)
+    with pytest.raises(SystemExit, match=r"moe runs of different layer counts \[32, 48\] cannot be pooled"):
+        run_script("launch_gaps.py", [str(dense), "--moe", str(dense), str(other)], monkeypatch)
+    short = launch_run(tmp_path / "short", 32, [0.004, 0.005], 3e-3)  # no gap long enough to be held
+    with pytest.raises(SystemExit, match=r"no held launch \(a gap above 8 ms"):
+        run_script("launch_gaps.py", [str(short)], monkeypatch)
+    bare = launch_run(tmp_path / "bare", 0, [0.020], 3e-3)
+    with pytest.raises(SystemExit, match=r"bare: meta\.json has no model\.config\.num_hidden_layers"):
+        run_script("launch_gaps.py", [str(bare)], monkeypatch)
+
+
+def test_fit_engine_host_says_what_is_wrong(tmp_path: Path, hostfile: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    poisson_run(tmp_path / "runs" / "h200" / "train" / "f0.25", np.random.default_rng(1))
+    base = ["--root", str(tmp_path / "runs"), "--yaml", str(hostfile), "--moe-free", ""]
+    with pytest.raises(SystemExit) as exc:
+        run_script("fit_engine_host.py", [*base, "--dense-free", "warp_s"], monkeypatch)
+    assert exc.value.code == 2 and "free term 'warp_s' is not one of" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=r"--start warp_s=1: 'warp_s' is not one of"):
+        run_script("fit_engine_host.py", [*base, "--start", "warp_s=1"], monkeypatch)
+    with pytest.raises(SystemExit, match=r"no Poisson level under .* matches --dense-train 'nothing'"):
+        run_script("fit_engine_host.py", [*base, "--dense-train", "nothing"], monkeypatch)
