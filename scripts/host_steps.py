@@ -17,6 +17,12 @@ host, not the GPU, sets the step), the step ratio here / there, this level's hos
 (``latsim.validate.compare.host_probe_ms``), and ``probe / ratio``: the probe time at
 which this host would have run at the other sweep's speed, if the step scales with the probe.
 Their median (pooled over every sweep given) is the other sweep's host speed in probe terms.
+
+``--write`` puts the result into the host-terms file (``--yaml``, default the shipped
+``latsim/data/engines/vllm/host.yaml``) with its provenance: the line's ``step_s`` and ``seq_s``
+(to 1 us and 0.01 us, the precision printed) into the ``calibrated`` entry, or, with
+``--against``, the median as the engine's ``host_reference_probe_s`` (to 10 us).  The file is
+left alone when nothing but the command, commit or date would change.
 """
 
 from __future__ import annotations
@@ -26,8 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
+from latsim.engines.vllm import host_write
 from latsim.measure.records import load_run, read_meta
+from latsim.provenance import display_path, record, round_decimals, run_inputs, significant
 from latsim.validate.compare import host_probe_ms
+
+DECIMALS = {"step_s": 6, "seq_s": 8, "host_reference_probe_s": 5}
+"""Decimal places each written term keeps (seconds): the precision the script prints."""
 
 
 def decode_step_s(level: Path) -> float:
@@ -73,27 +84,62 @@ def main() -> None:
     ap.add_argument("--against", type=Path, help="another sweep of the same engine: speed ratio per level")
     ap.add_argument("--host-bound-from", type=int, default=128,
                     help="with --against: only levels with at least this many in flight")
+    ap.add_argument("--write", action="store_true", help="write the result into --yaml")
+    ap.add_argument("--yaml", type=Path, default=host_write.shipped_path(), help="the host-terms file")
     args = ap.parse_args()
     if args.against:
-        rows = [row for here in args.sweep for row in reference_probe(here, args.against, args.host_bound_from)]
-        if not rows:
-            raise SystemExit("no host-bound level in both sweeps with a host probe here")
-        for c, ratio, probe, ref in rows:
-            print(f"c={c:5d}  step ratio {ratio:5.2f}  probe {probe * 1e3:5.2f} ms  probe/ratio {ref * 1e3:5.2f} ms")
-        print(f"median probe/ratio over {len(rows)} levels: {np.median([r[3] for r in rows]) * 1e3:.2f} ms")
-        return
-    if len(args.sweep) > 1:
-        raise SystemExit("give one sweep (several only with --against)")
-    conc, step = sweep(args.sweep[0])
+        terms, inputs, results = against(args.sweep, args.against, args.host_bound_from)
+    else:
+        if len(args.sweep) > 1:
+            raise SystemExit("give one sweep (several only with --against)")
+        terms, inputs, results = line(args.sweep[0], args.min_concurrency)
+    if args.write:
+        entry = None if args.against else "calibrated"
+        try:
+            written = host_write.write_terms(args.yaml, terms, record(inputs, results, exclude=args.yaml),
+                                             script="host_steps", entry=entry)
+        except ValueError as exc:
+            raise SystemExit(f"{display_path(args.yaml)}: {exc}") from None
+        print(f"{display_path(args.yaml)}: {'written' if written else 'unchanged'} ({', '.join(terms)})")
+
+
+def line(root: Path, min_concurrency: int) -> tuple[dict, dict, dict]:
+    """Print the sweep's levels and line; return (terms, inputs, results) for the file."""
+    conc, step = sweep(root)
     for c, s in zip(conc, step, strict=True):
         print(f"c={c:5.0f}  decode step {s * 1e3:6.2f} ms")
-    used = conc >= args.min_concurrency
+    used = conc >= min_concurrency
     if used.sum() < 2:
-        raise SystemExit(f"need two levels with c >= {args.min_concurrency}")
+        raise SystemExit(f"need two levels with c >= {min_concurrency}")
     seq_s, step_s = np.polyfit(conc[used], step[used], 1)
     resid = step[used] - (step_s + seq_s * conc[used])
+    rms = float(np.sqrt(np.mean(resid ** 2)))
     print(f"line over {used.sum()} levels: step_s {step_s * 1e3:.3f} ms, seq_s {seq_s * 1e6:.2f} us/seq, "
-          f"residual rms {np.sqrt(np.mean(resid ** 2)) * 1e3:.2f} ms")
+          f"residual rms {rms * 1e3:.2f} ms")
+    terms = {"step_s": round_decimals(step_s, DECIMALS["step_s"]), "seq_s": round_decimals(seq_s, DECIMALS["seq_s"])}
+    inputs = {"sweeps": run_inputs([root]), "min_concurrency": min_concurrency,
+              "decimals": {k: DECIMALS[k] for k in terms}}
+    results = significant({"levels": [int(c) for c in conc[used]], "step_s": step_s, "seq_s": seq_s,
+                           "residual_rms_s": rms}, 6)
+    return terms, inputs, results
+
+
+def against(sweeps: list[Path], other: Path, host_bound_from: int) -> tuple[dict, dict, dict]:
+    """Print probe / step ratio per host-bound level; return (terms, inputs, results)."""
+    rows = [row for here in sweeps for row in reference_probe(here, other, host_bound_from)]
+    if not rows:
+        raise SystemExit("no host-bound level in both sweeps with a host probe here")
+    for c, ratio, probe, ref in rows:
+        print(f"c={c:5d}  step ratio {ratio:5.2f}  probe {probe * 1e3:5.2f} ms  probe/ratio {ref * 1e3:5.2f} ms")
+    median = float(np.median([r[3] for r in rows]))
+    print(f"median probe/ratio over {len(rows)} levels: {median * 1e3:.2f} ms")
+    terms = {"host_reference_probe_s": round_decimals(median, DECIMALS["host_reference_probe_s"])}
+    inputs = {"sweeps": run_inputs(sweeps), "against": run_inputs([other]), "host_bound_from": host_bound_from,
+              "decimals": {k: DECIMALS[k] for k in terms}}
+    results = significant({"levels": [r[0] for r in rows], "step_ratio": [r[1] for r in rows],
+                           "probe_s": [r[2] for r in rows], "probe_over_ratio_s": [r[3] for r in rows],
+                           "median_s": median})
+    return terms, inputs, results
 
 
 if __name__ == "__main__":

@@ -16,6 +16,15 @@ off before dividing by the layers.  Prints, per run and pooled, the launch media
 and its per-layer part (the model's config ``num_hidden_layers``), the log-normal spread
 ``(ln p90 - ln p10) / 2.563`` of the whole gaps, and the tail median over the requests whose
 tail is at most 5 ms (the launch, not the GPU, ended last).
+
+``--moe RUNS`` measures the same on a mixture-of-experts model whose every layer is MoE (as
+Qwen3-30B-A3B): its pooled per-layer launch less the dense runs' is ``launch_moe_layer_s``.
+``--sigma RUNS`` gives the levels whose spread is ``launch_sigma`` (their mean): those where a
+held gap is one launch alone.  ``--write`` puts the pooled dense per-layer launch
+(``launch_layer_s``), tail (``launch_tail_s``) and, when asked for, ``launch_moe_layer_s`` and
+``launch_sigma`` into the ``calibrated`` entry of the host-terms file (``--yaml``), to the
+precision printed (:data:`DECIMALS`), with their provenance; the file is left alone when
+nothing but the command, commit or date would change.
 """
 
 from __future__ import annotations
@@ -25,8 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from latsim.engines.vllm.host_terms import default_host_overhead
+from latsim.engines.vllm import host_write
+from latsim.engines.vllm.host_terms import read_host_terms
 from latsim.measure.records import load_run
+from latsim.provenance import display_path, record, round_decimals, run_inputs, significant
 
 HELD_S = 8e-3
 SPLIT_S = 5e-4
@@ -34,6 +45,9 @@ OUTPUT_CHUNK = 128  # vLLM's AsyncLLM processes a step's outputs 128 at a time
 CHUNK_GAP_S = 3e-3
 LAUNCH_BOUND_TAIL_S = 5e-3
 Z90 = 2.563  # z(0.9) - z(0.1)
+DECIMALS = {"launch_layer_s": 6, "launch_moe_layer_s": 6, "launch_tail_s": 5, "launch_sigma": 2}
+"""Decimal places each written term keeps: the precision printed (the spread's third digit
+differs between the levels it averages)."""
 
 
 def split_emissions(times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -68,36 +82,90 @@ def gaps(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     launch, tail = emissions[j - 1] - emissions[j - 2], emissions[j] - emissions[j - 1]
     held = launch > HELD_S
     layers = int((m.meta.get("model") or {}).get("config", {}).get("num_hidden_layers", 0))
+    if layers <= 0:
+        raise SystemExit(f"{run}: meta.json has no model.config.num_hidden_layers")
     return launch[held], tail[held], counts[j][held], layers
 
 
-def summary(label: str, launch: np.ndarray, tail: np.ndarray, seqs: np.ndarray, layers: int,
-            step_s: float, seq_s: float) -> None:
+def stats(launch: np.ndarray, tail: np.ndarray, seqs: np.ndarray, layers: int,
+          step_s: float, seq_s: float) -> dict[str, float]:
+    """Held launches, their median, the median launch less the step's host time per layer, the
+    log-normal spread of the launches, and the median tail of the launch-bound ones."""
+    if len(launch) == 0:
+        raise SystemExit(f"no held launch (a gap above {HELD_S * 1e3:g} ms before a first token) to measure")
     p10, p50, p90 = np.percentile(launch, [10, 50, 90])
-    per_layer = np.median(launch - (step_s + seq_s * seqs)) / layers
     bound = tail[tail <= LAUNCH_BOUND_TAIL_S]
-    print(f"{label:58s} held {len(launch):5d}  launch p50 {p50 * 1e3:5.1f} ms, less host "
-          f"{per_layer * 1e3:.3f} ms/layer, sigma {np.log(p90 / p10) / Z90:.3f}, "
-          f"tail p50 {np.median(bound) * 1e3:.2f} ms")
+    return {"held": len(launch), "launch_p50_s": float(p50),
+            "per_layer_s": float(np.median(launch - (step_s + seq_s * seqs)) / layers),
+            "sigma": float(np.log(p90 / p10) / Z90),
+            "tail_p50_s": float(np.median(bound)) if len(bound) else float("nan")}
+
+
+def measure(label: str, runs: list[Path], step_s: float, seq_s: float) -> tuple[dict, dict[Path, dict]]:
+    """Print each run's and the pooled statistics (:func:`stats`); return (pooled, per run)."""
+    pooled: list[tuple[np.ndarray, ...]] = []
+    per_run, layer_counts = {}, set()
+    for run in runs:
+        launch, tail, seqs, layers = gaps(run)
+        layer_counts.add(layers)
+        per_run[run] = stats(launch, tail, seqs, layers, step_s, seq_s)
+        show(str(run), per_run[run])
+        pooled.append((launch, tail, seqs))
+    if len(layer_counts) != 1:
+        raise SystemExit(f"{label} runs of different layer counts {sorted(layer_counts)} cannot be pooled")
+    both = stats(*(np.concatenate([p[i] for p in pooled]) for i in range(3)), layer_counts.pop(), step_s, seq_s)
+    show(f"pooled {label}", both)
+    return both, per_run
+
+
+def show(label: str, s: dict[str, float]) -> None:
+    print(f"{label:58s} held {s['held']:5d}  launch p50 {s['launch_p50_s'] * 1e3:5.1f} ms, less host "
+          f"{s['per_layer_s'] * 1e3:.3f} ms/layer, sigma {s['sigma']:.3f}, tail p50 {s['tail_p50_s'] * 1e3:.2f} ms")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", type=Path)
-    calibrated = default_host_overhead("calibrated")
-    ap.add_argument("--step-s", type=float, default=calibrated.step_s, help="host seconds per step")
-    ap.add_argument("--seq-s", type=float, default=calibrated.seq_s, help="host seconds per sequence")
+    ap.add_argument("runs", nargs="+", type=Path, help="dense runs of one layer count")
+    ap.add_argument("--moe", nargs="+", type=Path, default=[], help="runs of an all-MoE model")
+    ap.add_argument("--sigma", nargs="+", type=Path, default=[], help="levels whose mean spread is launch_sigma")
+    ap.add_argument("--yaml", type=Path, default=host_write.shipped_path(), help="the host-terms file")
+    ap.add_argument("--step-s", type=float, help="host seconds per step (default: --yaml's calibrated entry)")
+    ap.add_argument("--seq-s", type=float, help="host seconds per sequence (default: --yaml's calibrated entry)")
+    ap.add_argument("--write", action="store_true", help="write the launch terms into --yaml")
     args = ap.parse_args()
-    host = (args.step_s, args.seq_s)
-    pooled: list[tuple[np.ndarray, ...]] = []
-    layer_counts = set()
-    for run in args.runs:
-        launch, tail, seqs, layers = gaps(run)
-        layer_counts.add(layers)
-        summary(str(run), launch, tail, seqs, layers, *host)
-        pooled.append((launch, tail, seqs))
-    if len(layer_counts) == 1 and len(pooled) > 1:
-        summary("pooled", *(np.concatenate([p[i] for p in pooled]) for i in range(3)), layer_counts.pop(), *host)
+    step_s, seq_s = args.step_s, args.seq_s
+    if step_s is None or seq_s is None:
+        calibrated = read_host_terms(args.yaml, "calibrated")
+        step_s = calibrated.step_s if step_s is None else step_s
+        seq_s = calibrated.seq_s if seq_s is None else seq_s
+    dense, _ = measure("dense", args.runs, step_s, seq_s)
+    terms = {"launch_layer_s": dense["per_layer_s"], "launch_tail_s": dense["tail_p50_s"]}
+    results: dict = {"dense": dense}
+    if args.moe:
+        results["moe"], _ = measure("moe", args.moe, step_s, seq_s)
+        terms["launch_moe_layer_s"] = results["moe"]["per_layer_s"] - dense["per_layer_s"]
+        print(f"launch_moe_layer_s {terms['launch_moe_layer_s'] * 1e3:.3f} ms")
+    if args.sigma:
+        sigmas = [stats(*gaps(run)[:3], 1, step_s, seq_s)["sigma"] for run in args.sigma]
+        terms["launch_sigma"] = float(np.mean(sigmas))
+        results["sigma_per_level"] = sigmas
+        print(f"launch_sigma {terms['launch_sigma']:.3f} (mean of {len(sigmas)} levels)")
+    if args.write:
+        write(args, terms, results, step_s, seq_s)
+
+
+def write(args: argparse.Namespace, terms: dict[str, float], results: dict, step_s: float, seq_s: float) -> None:
+    """Write ``terms`` (rounded to :data:`DECIMALS`) and their provenance into ``args.yaml``."""
+    inputs = {"runs": run_inputs(args.runs), "moe_runs": run_inputs(args.moe), "sigma_runs": run_inputs(args.sigma),
+              "host": {"step_s": step_s, "seq_s": seq_s}, "decimals": {k: DECIMALS[k] for k in terms}}
+    results = significant({**results, **{f"{k}_unrounded": v for k, v in terms.items()}}, 6)
+    rounded = {k: round_decimals(v, DECIMALS[k]) for k, v in terms.items()}
+    try:
+        written = host_write.write_terms(args.yaml, rounded, record(inputs, results, exclude=args.yaml),
+                                         script="launch_gaps", entry="calibrated")
+    except ValueError as exc:
+        raise SystemExit(f"{display_path(args.yaml)}: {exc}") from None
+    print(f"{display_path(args.yaml)}: {'written' if written else 'unchanged'} ({', '.join(rounded)})")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ command, commit and date that produced it; ``docs/step-time-model.md`` explains 
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -22,6 +23,8 @@ LAUNCH_FIELDS = ("launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launc
 CPU_FIELDS = ("step_s", "seq_s", "frontend_s", *LAUNCH_FIELDS)
 """The engine's CPU-side terms: they do not depend on the GPU model, so an entry may take them
 from another (``cpu_terms_from: <kind>``) rather than repeat them."""
+REQUIRED_FIELDS = ("step_s", "seq_s", "frontend_s")
+"""The terms an entry must have (the others default to :class:`HostOverhead`'s)."""
 
 
 @lru_cache(maxsize=4)
@@ -31,13 +34,27 @@ def default_host_overhead(kind: str, engine: str = HOST_TERMS_KEY) -> HostOverhe
     ``transferred`` uses the ``calibrated`` entry; a kind without an entry raises ValueError.
     An entry with ``cpu_terms_from: OTHER`` takes :data:`CPU_FIELDS` from entry ``OTHER``.
     """
-    data = _host_yaml()
+    return host_overhead_in(_host_yaml(), kind, engine)
+
+
+def read_host_terms(path: str | Path, kind: str, engine: str = HOST_TERMS_KEY) -> HostOverhead:
+    """As :func:`default_host_overhead`, from the host-terms file at ``path``."""
+    return host_overhead_in(yaml.safe_load(Path(path).read_text()), kind, engine, source=str(path))
+
+
+def host_overhead_in(data: object, kind: str, engine: str = HOST_TERMS_KEY,
+                     source: str = "engines/vllm/host.yaml") -> HostOverhead:
+    """The terms of ``engine`` / ``kind`` in a parsed host-terms file ``data`` (see
+    :func:`default_host_overhead`); ValueError when the entry is missing or incomplete."""
     key = "calibrated" if kind == "transferred" else kind
     entry = _entry(data, engine, key)
     if "cpu_terms_from" in entry:
         cpu = _entry(data, engine, str(entry["cpu_terms_from"]))
         entry = {**entry, **{name: cpu[name] for name in CPU_FIELDS if name in cpu}}
-    return HostOverhead(source=f"engines/vllm/host.yaml:{engine}/{key}",
+    missing = [name for name in REQUIRED_FIELDS if name not in entry]
+    if missing:
+        raise ValueError(f"host.yaml entry {engine!r} / {key!r} lacks {', '.join(missing)}")
+    return HostOverhead(source=f"{source}:{engine}/{key}",
                         **{name: float(entry[name]) for name in TERMS if name in entry})
 
 
