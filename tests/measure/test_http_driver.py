@@ -60,7 +60,7 @@ def test_stall_times_out_without_hanging() -> None:
         t0 = time.perf_counter()
         m = run_http(srv.url, "m", trace(2, 0.01), LoadSpec(request_timeout_s=0.3))
         elapsed = time.perf_counter() - t0
-    assert elapsed < 2.0
+    assert elapsed < 30.0  # a stalled stream would never end: any bound proves it was cut (loose: CI is loaded)
     assert m.requests["status"].tolist() == ["timeout", "timeout"]
     assert m.requests["output_tokens_received"].tolist() == [1, 1]
     assert "0.3 s" in m.requests["error"][0]
@@ -72,7 +72,7 @@ def test_run_deadline_stops_everything() -> None:
         load = LoadSpec(request_timeout_s=60, deadline_s=0.4)
         m = run_http(srv.url, "m", trace(2, gap_s=5.0), load)
         elapsed = time.perf_counter() - t0
-    assert elapsed < 3.0
+    assert elapsed < 30.0  # the stalled stream would run 60 s: the deadline cut it (loose: CI is loaded)
     assert m.requests["status"].tolist() == ["timeout", "error"]
     assert m.requests["error"].tolist() == ["run deadline reached", "not sent before the run deadline"]
     assert np.isnan(m.requests["sent_s"][1]) and len(m.to_trace()) == 1
