@@ -136,6 +136,8 @@ def validate(
     seed: Annotated[int, Opt()] = 0,
     host_speed: Annotated[str, Opt(help="Host CPU speed to replay with: a number, or 'probe' (each level's "
                                    "host-probe median against the reference; a diagnostic)")] = "1",
+    profile: Annotated[Path | None, Opt(help="Price the GPU with this fitted profile folder (e.g. "
+                                        "latsim/data/calibration/h200-aic) instead of the device's own")] = None,
 ) -> None:
     """Replay measured runs in the simulator and print signed errors (predicted vs measured)."""
     from latsim.report.tables import validation_table
@@ -144,7 +146,7 @@ def validate(
     if not run.exists():
         raise UserError(f"{run} does not exist")
     speed = host_speed if host_speed == "probe" else _number("--host-speed", host_speed)
-    levels = [compare_run(r, device, seed=seed, host_speed=speed) for r in find_runs(run)]
+    levels = [compare_run(r, device, seed=seed, host_speed=speed, profile=profile) for r in find_runs(run)]
     table = error_table(levels)
     if out_dir:
         from latsim.atomic import atomic_write_text
@@ -246,12 +248,17 @@ def calibrate(
     fit_only: Annotated[bool, Opt("--fit-only", help="Re-fit the regressors from existing tables")] = False,
     profile: Annotated[Path | None, Opt(help="Profile folder for --fit-only")] = None,
     backend: Annotated[str, Opt(help="cuda | cpu (a tiny test run on the CPU)")] = "cuda",
+    import_: Annotated[tuple[str, Path] | None, Opt("--import", help="FORMAT PATH: import a published database "
+                                                    "(aiconfigurator) instead of measuring")] = None,
+    engine_version: Annotated[str, Opt(help="--import: engine version to take (default: newest)")] = "newest",
+    allow_partial: Annotated[bool, Opt("--allow-partial", help="--import: accept missing optional tables")] = False,
 ) -> None:
-    """Microbenchmark the GPU's operators and fit the calibrated cost model."""
+    """Microbenchmark the GPU's operators (or import published ones) and fit the calibrated cost model."""
     from latsim.calibration.cli import calibrate_command
 
     calibrate_command(device=device, quick=quick, out=out, resume=resume, fit_only=fit_only, backend=backend,
-                      profile=profile, console=out_console())
+                      profile=profile, console=out_console(), import_=import_, engine_version=engine_version,
+                      allow_partial=allow_partial)
 
 
 def out_console() -> Console:
