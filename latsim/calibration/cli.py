@@ -60,9 +60,16 @@ def resolve_device(device: str, backend: str) -> DeviceSpec | None:
 
 def calibrate_command(device: str = "auto", quick: bool = False, out: Path | None = None, resume: bool = True,
                       fit_only: bool = False, backend: str = "cuda", profile: Path | None = None,
-                      console: Console | None = None) -> dict[str, Any]:
-    """Run (or with ``fit_only`` re-fit) a calibration; returns the fit report (or the profile for cpu)."""
+                      console: Console | None = None, import_: tuple[str, Path] | None = None,
+                      engine_version: str = "newest", allow_partial: bool = False) -> dict[str, Any]:
+    """Run (or with ``fit_only`` re-fit) a calibration; returns the fit report (or the profile for cpu).
+
+    ``import_`` = (format, path) converts a published database instead of measuring
+    (:mod:`latsim.calibration.aic_import`); it needs a catalog ``device``.
+    """
     console = console or Console()
+    if import_ is not None:
+        return _import(import_, device, out, engine_version, allow_partial, console)
     if fit_only:
         return _fit(profile or out, device, console)
     spec = resolve_device(device, backend)
@@ -75,6 +82,24 @@ def calibrate_command(device: str = "auto", quick: bool = False, out: Path | Non
         console.print("CPU test run: tables written; fitting needs a catalog GPU profile (skipped)")
         return prof
     return _fit(folder, spec.name, console)
+
+
+def _import(import_: tuple[str, Path], device: str, out: Path | None, engine_version: str, allow_partial: bool,
+            console: Console) -> dict[str, Any]:
+    from latsim.calibration.aic_import import import_profile
+    from latsim.catalog import load_device
+
+    if device == "auto":
+        raise ValueError("--import needs --device NAME (the catalog GPU the database was measured on)")
+    spec = load_device(device)
+    report = import_profile(import_[0], Path(import_[1]), spec, out, engine_version, allow_partial)
+    src = report["imported"]["source"]
+    title = (f"held-out error, {spec.name} imported from {src['repository']}@{src['commit'][:12]} "
+             f"({src['engine']} {src['engine_version']})")
+    console.print(fit_table(report, title))
+    for what, how in report["imported"]["not_measured"].items():
+        console.print(f"not measured: {what}: {how}")
+    return report
 
 
 def _measure(folder: Path, spec: DeviceSpec | None, backend: str, quick: bool, resume: bool,

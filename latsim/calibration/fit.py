@@ -78,10 +78,11 @@ def _xy(family: str, df: pd.DataFrame, device: DeviceSpec) -> tuple[np.ndarray, 
     return x, np.log(df["median_s"].to_numpy(np.float64) / roof), roof
 
 
-def _regressor(seed: int) -> Any:
+def _regressor(seed: int, params: dict[str, Any] | None = None) -> Any:
+    """An xgboost regressor with :data:`XGB_PARAMS`, updated by ``params`` (smaller models for imports)."""
     import xgboost as xgb
 
-    return xgb.XGBRegressor(**XGB_PARAMS, random_state=seed)
+    return xgb.XGBRegressor(**{**XGB_PARAMS, **(params or {})}, random_state=seed)
 
 
 def _groups(family: str, df: pd.DataFrame) -> np.ndarray:
@@ -105,17 +106,18 @@ def ape_stats(pred_s: np.ndarray, true_s: np.ndarray) -> dict[str, float]:
     return {"mape": float(ape.mean()), "median_ape": float(np.median(ape)), "p90_ape": float(np.percentile(ape, 90))}
 
 
-def fit_family(family: str, df: pd.DataFrame, device: DeviceSpec, seed: int = 0) -> tuple[Any, dict[str, Any]]:
+def fit_family(family: str, df: pd.DataFrame, device: DeviceSpec, seed: int = 0,
+               params: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """(model fitted on all rows, held-out report) for one family."""
     x, y, roof = _xy(family, df, device)
     test, held = _split(_groups(family, df), seed)
     report: dict[str, Any] = {"n_train": int((~test).sum()), "n_test": int(test.sum()), "held_out_shapes": held,
                               "group_by": list(GROUP_KEYS[family])}
     if test.any() and (~test).sum() >= MIN_ROWS:
-        probe = _regressor(seed).fit(x[~test], y[~test])
+        probe = _regressor(seed, params).fit(x[~test], y[~test])
         pred = roof[test] * np.exp(probe.predict(x[test]).astype(np.float64))
         report.update(ape_stats(pred, df["median_s"].to_numpy(np.float64)[test]))
-    model = _regressor(seed).fit(x, y)
+    model = _regressor(seed, params).fit(x, y)
     fit_pred = roof * np.exp(model.predict(x).astype(np.float64))
     report["train_fit"] = ape_stats(fit_pred, df["median_s"].to_numpy(np.float64))
     return model, report
@@ -127,8 +129,11 @@ def without_floor(df: pd.DataFrame, floor_s: float) -> pd.DataFrame:
     return df.assign(median_s=np.maximum(med - floor_s, 0.5 * med))
 
 
-def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed: int = 0) -> dict[str, Any]:
-    """Fit every family found in ``folder``; write models and ``fit_report.json`` to ``out`` (default: ``folder``)."""
+def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed: int = 0,
+                params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fit every family found in ``folder``; write models and ``fit_report.json`` to ``out`` (default: ``folder``).
+
+    ``params`` override :data:`XGB_PARAMS` (imported profiles ship smaller models)."""
     import xgboost as xgb
 
     profile = read_profile(folder)
@@ -140,7 +145,7 @@ def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed:
                               "device": device.name, "xgboost": xgb.__version__, "timer_floor_s": floor,
                               "families": {}}
     for family, df in fit_frames(folder).items():
-        model, rep = fit_family(family, without_floor(df, floor), device, seed)
+        model, rep = fit_family(family, without_floor(df, floor), device, seed, params)
         model.get_booster().save_model(str(model_path(out, family)))
         report["families"][family] = rep
     report["families"].update(fixed)

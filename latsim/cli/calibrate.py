@@ -18,9 +18,14 @@ def calibrate(
     fit_only: Annotated[bool, Opt("--fit-only", help="Re-fit the regressors from existing tables")] = False,
     profile: Annotated[Path | None, Opt(help="Profile folder for --fit-only")] = None,
     backend: Annotated[str, Opt(help="cuda | cpu (a tiny test run on the CPU)")] = "cuda",
+    import_: Annotated[tuple[str, Path] | None, Opt("--import", help="FORMAT PATH: import a published database "
+                                                    "(aiconfigurator) instead of measuring")] = None,
+    engine_version: Annotated[str, Opt(help="--import: engine version to take (default: newest)")] = "newest",
+    allow_partial: Annotated[bool, Opt("--allow-partial", help="--import: accept missing optional tables")] = False,
 ) -> None:
-    """Microbenchmark the GPU's operators and fit the calibrated cost model."""
+    """Microbenchmark the GPU's operators (or import published ones) and fit the calibrated cost model."""
     from latsim.calibration.cli import calibrate_command
 
     calibrate_command(device=device, quick=quick, out=out, resume=resume, fit_only=fit_only, backend=backend,
-                      profile=profile, console=console)
+                      profile=profile, console=console, import_=import_, engine_version=engine_version,
+                      allow_partial=allow_partial)

@@ -19,6 +19,8 @@ def validate(
     seed: Annotated[int, Opt()] = 0,
     host_speed: Annotated[str, Opt(help="Host CPU speed to replay with: a number, or 'probe' (each level's "
                                    "host-probe median against the reference; a diagnostic)")] = "1",
+    profile: Annotated[Path | None, Opt(help="Price the GPU with this fitted profile folder (e.g. "
+                                        "latsim/data/calibration/h200-aic) instead of the device's own")] = None,
 ) -> None:
     """Replay measured runs in the simulator and print signed errors (predicted vs measured)."""
     from latsim.report.tables import validation_table
@@ -27,7 +29,7 @@ def validate(
     if not run.exists():
         raise UserError(f"{run} does not exist")
     speed = host_speed if host_speed == "probe" else _number("--host-speed", host_speed)
-    levels = [compare_run(r, device, seed=seed, host_speed=speed) for r in find_runs(run)]
+    levels = [compare_run(r, device, seed=seed, host_speed=speed, profile=profile) for r in find_runs(run)]
     table = error_table(levels)
     if out_dir:
         from latsim.atomic import atomic_write_text

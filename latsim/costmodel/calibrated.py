@@ -87,6 +87,7 @@ class CalibratedCostModel:
         self.tables, self.fixed = tables, fixed
         self.tp, self.weight_dtype, self.kv_dtype = shard.tp, weight_dtype, kv_dtype
         self.source = source or {}
+        self.label = kind
         self._launches = _launch_terms(shard)
         self._full = float(shard.layers - shard.window_layers)
         self._win = float(shard.window_layers)
@@ -199,6 +200,7 @@ def load_calibrated(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dt
     ``kind="transferred"``, the first shipped profile of another GPU.  ValueError when none
     fits, or when a ``calibrated`` profile was measured on a different GPU.
     """
+    from latsim.costmodel.profile.origin import label
     from latsim.costmodel.profile.regressors import describe_source, load_predictors
     from latsim.costmodel.profile.store import check_device, has_profile, shipped_profiles
     from latsim.costmodel.profile.tabulate import build_tables
@@ -227,5 +229,7 @@ def load_calibrated(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dt
                 ("step_s", "argument" if step_s is not None else f"{params.source} (assumed; to be fitted live)"),
                 ("per_seq_s", "argument" if per_seq_s is not None else f"{params.source} (assumed)")),
     )
-    return CalibratedCostModel(model, device, shard, build_tables(pred, shard, device, model.head_dim), fixed,
-                               weight_dtype=weight_dtype, kv_dtype=kv_dtype, kind=kind, source=describe_source(pred))
+    cm = CalibratedCostModel(model, device, shard, build_tables(pred, shard, device, model.head_dim), fixed,
+                             weight_dtype=weight_dtype, kv_dtype=kv_dtype, kind=kind, source=describe_source(pred))
+    cm.label = label(kind, pred.profile)
+    return cm

@@ -60,14 +60,12 @@ def _calibrated_builder(device: DeviceSpec) -> Builder | None:
 
 
 def calibration_status(device_name: str) -> str:
-    """``calibrated (<date>, <grid> grid)`` when a fitted profile ships for the device, else ``roofline``."""
+    """Where the device's kernel costs come from: ``measured here (...)``, ``imported (...)`` or ``roofline``."""
+    from latsim.costmodel.profile.origin import status
     from latsim.costmodel.profile.store import has_profile, read_profile
 
     folder = has_profile(device_name)
-    if folder is None:
-        return "roofline"
-    prof = read_profile(folder)
-    return f"calibrated ({str(prof['date_utc'])[:10]}, {prof['grid']} grid)"
+    return status(read_profile(folder) if folder is not None else None)
 
 
 def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",

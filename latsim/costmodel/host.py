@@ -106,6 +106,7 @@ class HostOverlapCostModel:
         self.host = host
         self.asynchronous = asynchronous
         self.kind = inner.kind
+        self.label = getattr(inner, "label", inner.kind)
         self.frontend_s = host.frontend_s
         self._inner_step = inner.step_time  # step_time is hot: bind once
         self._scale, self._step_s, self._seq_s = host.gpu_scale, host.step_s, host.seq_s

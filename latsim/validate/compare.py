@@ -104,10 +104,23 @@ def deployment_for(meta: dict, device: str) -> Deployment:
     return Deployment(model=model, device=load_device(device), tp=ec.get("tp") or 1, engine=engine)
 
 
+def profile_cost_model(deployment: Deployment, profile: Path):
+    """The default cost model of ``deployment`` with its GPU side priced by the fitted profile folder
+    ``profile`` (e.g. an imported one) instead of the device's shipped profile."""
+    from latsim.costmodel.calibrated import load_calibrated
+    from latsim.deployment import resolve_engine
+    from latsim.sim.simulate import default_cost_model
+
+    gpu = load_calibrated(deployment.model, deployment.device, deployment.tp, deployment.weight_dtype,
+                          deployment.kv_dtype, profile=Path(profile), step_s=0.0, per_seq_s=0.0)
+    return default_cost_model(deployment, resolve_engine(deployment), gpu=gpu)
+
+
 def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=None,
-                host_speed: float | str = 1.0) -> LevelComparison:
+                host_speed: float | str = 1.0, profile: Path | None = None) -> LevelComparison:
     """Replay one measured run and summarise both sides with the same metric code, on a host
-    of ``host_speed`` (:func:`run_host_speed`; ignored with an explicit ``cost_model``)."""
+    of ``host_speed`` (:func:`run_host_speed`; ignored with an explicit ``cost_model``), the GPU
+    priced by ``profile`` when given (:func:`profile_cost_model`)."""
     from latsim.metrics.summary import summarize
     from latsim.sim.simulate import simulate
 
@@ -116,6 +129,8 @@ def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=N
     speed = run_host_speed(m.meta, host_speed)
     if speed != 1.0:
         deployment = replace(deployment, engine=replace(deployment.engine, host_speed=speed))
+    if cost_model is None and profile is not None:
+        cost_model = profile_cost_model(deployment, profile)
     result = simulate(deployment, m.to_trace(), seed=seed, cost_model=cost_model)
     measured_records = m.records_frame()
     itl_v, itl_w = m.itl_samples()

@@ -175,7 +175,9 @@ def load_predictors(folder: Path) -> Predictors:
 def describe_source(p: Predictors) -> dict[str, Any]:
     """Provenance of the predictors for ``describe()``."""
     keys = ("gpu_name", "driver", "cuda", "torch", "vllm", "date_utc", "grid", "grid_hash", "impl")
-    return {"profile": str(p.folder), **{k: p.profile.get(k) for k in keys},
+    from latsim.costmodel.profile.origin import origin
+
+    return {"profile": str(p.folder), "origin": origin(p.profile), **{k: p.profile.get(k) for k in keys},
             "held_out_mape": {f: r.get("mape") for f, r in p.report.get("families", {}).items() if "mape" in r},
             "fit_report": str(p.folder / "fit_report.json")}
 

@@ -1,0 +1,180 @@
+"""``latsim calibrate --import aiconfigurator PATH``: a profile from published kernel measurements.
+
+Writes into ``out`` (default: the shipped profile folder of the device) the latsim tables
+converted by :mod:`latsim.calibration.aic_convert` (subsampled, seeded, zstd parquet),
+``profile.json`` with the source's provenance (:func:`latsim.calibration.aic_source.provenance`)
+and what the source lacks with what prices it instead (``not_measured``), then fits the
+regressors with :func:`latsim.calibration.fit.fit_profile` (smaller trees: :data:`IMPORT_XGB`).
+
+What the source never has, and how it is priced (each marked in ``profile.json``):
+
+* memory-bound ops (RMSNorm, rotary, SiLU x mul, copies): the efficiency curve fitted on
+  latsim's own H200 measurements (``h200/memory.parquet``), applied to this GPU's roofline;
+* CUDA-graph replay and per-kernel costs: the H200's ``overheads.json`` (measured here);
+* prefill chunks after a cached prefix, skewed decode batches, fp8 KV: the fitted regressors
+  extrapolate from the measured shapes (the roofline carries the context term).
+
+The source's attention times include the KV-cache write, which latsim prices as its own op:
+:func:`latsim.calibration.aic_adjust.less_kv_write` takes it out (``adjustments`` in
+``profile.json``).  Deterministic: re-importing the same checkout gives identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+
+from latsim.atomic import atomic_write, atomic_write_text
+from latsim.calibration import aic_convert as conv
+from latsim.calibration.aic_adjust import faster_than_roofline, less_kv_write
+from latsim.calibration.aic_source import SourceDB, load_source, provenance
+from latsim.calibration.fit import fit_family, fit_profile, model_path, without_floor
+from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.profile.store import PROFILE, load_table, read_json, shipped_profile_dir
+
+FORMATS = ("aiconfigurator",)
+CAPS = {"gemm": 6000, "prefill": 2500, "decode": 4000, "moe": 3000}
+"""Rows kept per family (seeded sample): the size budget of a shipped profile."""
+IMPORT_XGB: dict[str, Any] = {"n_estimators": 100, "max_depth": 5, "learning_rate": 0.1}
+MEMORY_XGB: dict[str, Any] = {"n_estimators": 60, "max_depth": 4, "learning_rate": 0.15}
+REFERENCE = "h200"
+ADJUSTMENT = ("median_s = source time less latsim's own price of the KV-cache write the source's timed call "
+              "includes (kv_write: memory-op copy curve + one graph kernel gap; latsim prices it as its own op), "
+              "never below half; source_median_s keeps the source's time (latsim.calibration.aic_adjust)")
+DROPPED = ("GEMM and attention rows timed below the datasheet roofline (bytes / HBM bandwidth or FLOPs / peak) "
+           "are left out: their data came from a warm L2 cache in the source's loop, not HBM as in serving")
+NOT_IN_SOURCE = {
+    "memory": "memory-bound ops not in the source: efficiency curve fitted on latsim's own H200 measurements "
+    "(latsim/data/calibration/h200/memory.parquet) applied to this GPU's roofline (transferred)",
+    "overhead": "CUDA-graph replay and per-kernel costs not in the source: latsim's H200 overheads.json "
+    "(measured here) used as is (transferred)",
+    "prefill_with_prefix": "prefill after a cached prefix not in the source (context attention starts empty): "
+    "the fitted regressor's ratio at ctx=0 applied to the roofline, which has the context term",
+    "decode_skewed": "skewed decode contexts not in the source: uniform rows only (latsim prices decode from uniform)",
+    "kv_fp8": "fp8 KV cache rows left out: bf16 KV curves priced on the fp8 roofline",
+}
+
+
+def _write_parquet(path: Path, df: pd.DataFrame) -> None:
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False, compression="zstd")
+
+    def fill(f: IO[bytes]) -> None:
+        f.write(buf.getvalue())
+
+    atomic_write(path, fill)
+
+
+def convert_all(db: SourceDB, seed: int = 0) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
+    """latsim tables by family (``gemm``, ``attention``, ``moe``, ``comm``) and the kernels/selection used."""
+    g, gk = conv.convert_gemm(db.frames["gemm"])
+    p, pk = conv.convert_prefill(db.frames["context_attention"])
+    d, dk = conv.convert_decode(db.frames["generation_attention"])
+    att = pd.concat(
+        [conv.subsample(p, CAPS["prefill"], seed), conv.subsample(d, CAPS["decode"], seed)], ignore_index=True
+    )
+    tables = {"gemm": conv.subsample(g, CAPS["gemm"], seed), "attention": att}
+    chosen: dict[str, Any] = {"gemm": gk, "attention": {"prefill": pk, "decode": dk}}
+    if "moe" in db.frames:
+        m, mk = conv.convert_moe(db.frames["moe"])
+        tables["moe"], chosen["moe"] = conv.subsample(m, CAPS["moe"], seed), mk
+    if "allreduce" in db.frames:
+        tables["comm"] = conv.convert_allreduce(db.frames["allreduce"])
+    return tables, chosen
+
+
+def _gpu_name(db: SourceDB) -> str:
+    names = sorted({str(n) for df in db.frames.values() if "device" in df.columns for n in df["device"].unique()})
+    if len(names) != 1:
+        raise ValueError(f"{db.root / db.system}: tables name {len(names)} GPUs {names}; expected exactly one")
+    return names[0]
+
+
+def _profile(
+    db: SourceDB, device: DeviceSpec, tables: dict[str, pd.DataFrame], chosen: dict[str, Any]
+) -> dict[str, Any]:
+    src = provenance(db)
+    ident = hashlib.sha256(json.dumps([src["commit"], db.system, db.version, sorted(src["tables"].items())]).encode())
+    impl = {"gemm": sorted(set(chosen["gemm"].values())), "attention": sorted(set(chosen["attention"].values()))}
+    if "moe" in chosen:
+        impl["moe"] = [chosen["moe"]["kernel"]]
+    if "comm" in tables:
+        impl["comm"] = sorted(set(tables["comm"]["impl"]))
+    return {
+        "format": 1,
+        "device": device.name,
+        "backend": "imported",
+        "gpu_name": _gpu_name(db),
+        "vllm": db.version,
+        "date_utc": db.commit_date or "unknown",
+        "grid": f"aiconfigurator-{db.version}",
+        "grid_hash": ident.hexdigest()[:16],
+        "complete": not db.missing,
+        "counts": {f: {"ok": len(t)} for f, t in tables.items()},
+        "impl": impl,
+        "selection": chosen,
+        "source": src,
+        "not_measured": {**NOT_IN_SOURCE, **src["missing"]},
+        "subsample": {"caps": CAPS, "seed": 0},
+    }
+
+
+def _reference_memory(seed: int) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(memory-op model, its report, overheads) from latsim's own reference (H200) profile."""
+    from latsim.catalog import load_device
+
+    ref = shipped_profile_dir(REFERENCE)
+    over = read_json(ref / "overheads.json", "overheads")
+    floor = float(over.get("graph_base_s", 0.0))
+    table = without_floor(load_table(ref, "memory"), floor)
+    model, rep = fit_family("memory", table, load_device(REFERENCE), seed, MEMORY_XGB)
+    over["source"] = f"{REFERENCE} (measured here; transferred: the import source has no overhead data)"
+    return model, {**rep, "transferred_from": f"latsim/data/calibration/{REFERENCE}/memory.parquet"}, over
+
+
+def import_profile(
+    fmt: str,
+    path: Path,
+    device: DeviceSpec,
+    out: Path | None = None,
+    version: str = "newest",
+    allow_partial: bool = False,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Import ``path`` (format ``fmt``) as ``device``'s profile in ``out``; returns the fit report."""
+    if fmt not in FORMATS:
+        raise ValueError(f"--import {fmt!r} is not a known database format; accepted: {', '.join(FORMATS)}")
+    db = load_source(path, device.name, version, allow_partial)
+    memory, memory_report, over = _reference_memory(seed)
+    tables, chosen = convert_all(db, seed)
+    dropped = {}
+    for family in ("gemm", "attention"):
+        fast = faster_than_roofline(family, tables[family], device)
+        tables[family], dropped[family] = tables[family][~fast].reset_index(drop=True), int(fast.sum())
+    per_kernel = float(over.get("graph_per_kernel_s", 0.0))
+    tables["attention"] = less_kv_write(tables["attention"], memory, device, per_kernel)
+    profile = _profile(db, device, tables, chosen)
+    profile["adjustments"] = {"attention": ADJUSTMENT, "faster_than_roofline_dropped": dropped,
+                              "faster_than_roofline": DROPPED}
+    out = Path(out) if out is not None else shipped_profile_dir(device.name)
+    out.mkdir(parents=True, exist_ok=True)
+    for family, df in tables.items():
+        _write_parquet(out / f"{family}.parquet", df)
+    atomic_write_text(out / PROFILE, json.dumps(profile, indent=1, default=str) + "\n")
+    report = fit_profile(out, device, seed=seed, params=IMPORT_XGB)
+    memory.get_booster().save_model(str(model_path(out, "memory")))
+    atomic_write_text(out / "overheads.json", json.dumps(over, indent=1) + "\n")
+    report["families"]["memory"] = memory_report
+    report["imported"] = {
+        "source": profile["source"],
+        "not_measured": profile["not_measured"],
+        "xgb_params": IMPORT_XGB,
+        "memory_xgb_params": MEMORY_XGB,
+    }
+    atomic_write_text(out / "fit_report.json", json.dumps(report, indent=1) + "\n")
+    return report
