@@ -22,7 +22,9 @@ _COMMANDS = (calibrate, catalog, measure, plan, predict, validate)  # imported f
 def main() -> None:
     """Console entry point: run the app, turning user errors into one line and exit status 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # click returns a typer.Exit's status instead of raising it
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
