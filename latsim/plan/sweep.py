@@ -151,5 +151,9 @@ def _write(rows: list[dict[str, Any]], points: list[dict[str, Any]], target: Pat
     from latsim.atomic import atomic_write
 
     order = {point_id(p): i for i, p in enumerate(points)}
-    frame = pd.DataFrame(sorted(rows, key=lambda r: order.get(r["point_id"], len(order))))
+    def position(row: dict[str, Any]) -> int:
+        return order.get(str(row["point_id"]), len(order))
+
+    ordered: list[dict[str, Any]] = sorted(rows, key=position)
+    frame = pd.DataFrame(ordered)
     atomic_write(target, lambda f: frame.to_parquet(f, index=False))
