@@ -29,16 +29,17 @@ class Price:
     origin: str
     source: str
     as_of: str | None = None
+    provider: str | None = None
 
     def label(self) -> str:
         """A short note for a table or figure: ``h100 $3.78/GPU-h (Lambda, 2026-05-07)``."""
-        where = {"user": "--price", "catalog": "catalog estimate"}.get(self.origin, self.source)
+        where = {"user": "--price", "catalog": "catalog estimate"}.get(self.origin, self.provider or self.source)
         date = f", {self.as_of}" if self.as_of else ""
         return f"{self.device} ${self.usd_per_gpu_hour:.2f}/GPU-h ({where}{date})"
 
     def as_dict(self) -> dict[str, object]:
-        return {"usd_per_gpu_hour": self.usd_per_gpu_hour, "origin": self.origin, "source": self.source,
-                "as_of": self.as_of}
+        return {"usd_per_gpu_hour": self.usd_per_gpu_hour, "origin": self.origin, "provider": self.provider,
+                "source": self.source, "as_of": self.as_of}
 
 
 def read_price_list(path: Path = PRICES_FILE) -> dict[str, Price]:
@@ -56,7 +57,7 @@ def read_price_list(path: Path = PRICES_FILE) -> dict[str, Price]:
             raise ValueError(f"{path}: prices.{name}.usd_per_gpu_hour must be > 0, got {usd!r}")
         device = load_device(str(name)).name
         source = f"{entry['provider']} {entry['offer']}, {entry['source']}"
-        out[device] = Price(device, float(usd), "list", source, str(entry["as_of"]))
+        out[device] = Price(device, float(usd), "list", source, str(entry["as_of"]), str(entry["provider"]))
     return out
 
 
