@@ -12,11 +12,12 @@ import sys
 
 import typer
 
-from latsim.cli import calibrate, catalog, compare, measure, plan, predict, sweep, validate
+from latsim.cli import calibrate, catalog, compare, measure, plan, predict, report, sweep, validate
 from latsim.cli.app import UserError, app, err
 
 __all__ = ["app", "main"]
-_COMMANDS = (calibrate, catalog, compare, measure, plan, predict, sweep, validate)  # imported for their registration
+# imported for their registration
+_COMMANDS = (calibrate, catalog, compare, measure, plan, predict, report, sweep, validate)
 
 
 def main() -> None:
