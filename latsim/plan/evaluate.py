@@ -142,3 +142,16 @@ def t_interval(values: list[Any], level: float = 0.95) -> list[float | None]:
     mean, sd = float(np.mean(finite)), float(np.std(finite, ddof=1))
     half = float(t.ppf(0.5 + level / 2.0, len(finite) - 1)) * sd / math.sqrt(len(finite))
     return [max(mean - half, 0.0), mean + half]  # latencies are never negative
+
+
+def screened(deployment: Deployment, workload_settings: Settings, slo: PlanSLO, replications: int, seed: int,
+             min_p_meet: float) -> dict[str, Any]:
+    """:func:`evaluate`, but first one replication alone when a single miss already rules the
+    candidate out (``min_p_meet * replications > replications - 1``): if that run is unstable or
+    misses the SLO, its one-replication summary is returned (``replications`` says 1); otherwise
+    all ``replications`` are run.  Saves most of the time a search spends on failing candidates."""
+    if replications > 1 and min_p_meet * replications > replications - 1:
+        first = evaluate(deployment, workload_settings, slo, 1, seed)
+        if not (first["stable"] and first["p_meet"]):
+            return first
+    return evaluate(deployment, workload_settings, slo, replications, seed)

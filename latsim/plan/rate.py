@@ -1,6 +1,6 @@
 """The highest request rate a deployment sustains under an SLO (a bisection over the rate).
 
-Each probe is an :func:`latsim.plan.evaluate.evaluate` of the workload at that rate; it passes
+Each probe is a :func:`latsim.plan.evaluate.screened` evaluation of the workload at that rate; it passes
 when the run is stable and ``p_meet`` reaches ``min_p_meet``.  The bisection is geometric and
 assumes that meeting the SLO is monotone in the rate (more load never lowers latency), which
 holds up to simulation noise; the answer is the highest rate that passed, so within a factor
@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from latsim.config import Settings
 from latsim.deployment import Deployment
-from latsim.plan.evaluate import evaluate
+from latsim.plan.evaluate import screened
 from latsim.plan.slo import PlanSLO
 
 STEPS = 4
@@ -31,7 +31,7 @@ def max_rate_at_slo(deployment: Deployment, settings: Settings, slo: PlanSLO, qp
         return None
 
     def passes(rate: float) -> bool:
-        summary = evaluate(deployment, replace(settings, qps=rate), slo, replications, seed)
+        summary = screened(deployment, replace(settings, qps=rate), slo, replications, seed, min_p_meet)
         return bool(summary["stable"] and (summary["p_meet"] or 0.0) >= min_p_meet)
 
     if passes(qps):

@@ -3,8 +3,9 @@
 The search space is GPU type x TP x replicas x weight dtype (and, on request, the engine's
 ``max_num_seqs`` x ``max_num_batched_tokens``).  Every candidate is first checked against the
 capacity bounds of :mod:`latsim.plan.bounds` (memory fit, roofline rate); the survivors are
-simulated in order of price, with :func:`latsim.plan.evaluate.evaluate` replications, until
-``top`` of them meet the SLO.  A candidate meets it when every replication is stable and the
+simulated in order of price, with :func:`latsim.plan.evaluate.screened` replications (one run
+first: a candidate that misses in it cannot reach ``min_p_meet``), until ``top`` of them meet
+the SLO.  A candidate meets it when every replication is stable and the
 share of replications meeting every target (``p_meet``) is at least ``min_p_meet``.  For the
 candidates reported, :mod:`latsim.plan.rate` finds the highest rate they sustain under the SLO.
 """
@@ -21,7 +22,7 @@ import numpy as np
 from latsim.config import Settings
 from latsim.deployment import Deployment
 from latsim.plan.bounds import Bounds, capacity_bounds
-from latsim.plan.evaluate import evaluate
+from latsim.plan.evaluate import screened
 from latsim.plan.prices import Price, price_of
 from latsim.plan.rate import max_rate_at_slo
 from latsim.plan.slo import PlanSLO
@@ -208,7 +209,7 @@ def _pruned_row(s: Settings, deployment: Deployment, price: Price, reason: str) 
 
 def _evaluate_row(s: Settings, deployment: Deployment, price: Price, bounds: Bounds, workload: Workload,
                   slo: PlanSLO, options: Options) -> dict[str, Any]:
-    summary = evaluate(deployment, s, slo, options.replications, options.seed)
+    summary = screened(deployment, s, slo, options.replications, options.seed, options.min_p_meet)
     binding, headroom = slo.binding(summary)
     meets = bool(summary["stable"] and (summary["p_meet"] or 0.0) >= options.min_p_meet)
     ident = _identity(s, deployment)
@@ -218,6 +219,7 @@ def _evaluate_row(s: Settings, deployment: Deployment, price: Price, bounds: Bou
         "stable": summary["stable"], "saturation": summary["saturation"], "p_meet": summary["p_meet"],
         "meets_slo": meets, "binding": binding, "headroom": headroom, "slo_values": slo.values(summary),
         "max_rps_at_slo": None, "rate_bound_rps": bounds.max_rps, "throughput_rps": summary["throughput_rps"],
+        "replications": summary["replications"],
         "cost_model": summary["cost_model"], **_costs(price, ident["gpus"], workload),
     }
 
