@@ -36,7 +36,12 @@ def plan(
     as_json: Annotated[bool, Opt("--json", help="Print exactly one JSON object")] = False,
     out_file: Annotated[Path | None, Opt("--out", help="Also write the JSON answer to this file")] = None,
 ) -> None:
-    """Search GPU type x TP x replicas x weight dtype for the cheapest deployment meeting an SLO."""
+    """Search GPU type x TP x replicas x weight dtype for the cheapest deployment meeting an SLO.
+
+    A deployment setting given on its own (--device, --tp, --replicas, --weight-dtype, or in
+    --config) pins that dimension of the search; the other settings apply to every candidate.
+    Exit status 3 when no candidate meets the SLO.
+    """
     from latsim.atomic import atomic_write_text
     from latsim.cli import parsing
     from latsim.plan.prices import parse_price_overrides

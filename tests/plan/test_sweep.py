@@ -117,3 +117,14 @@ def test_results_of_another_grid_are_not_mixed_in(grid_file, tmp_path, cli) -> N
     sweep(expand({"model": "llama-3.2-1b", "qps": 1, "num_requests": 20, "output_len": 8}), out)
     code, _, err = cli("sweep", str(grid_file), "--out", str(out))
     assert code == 2 and "not in this grid" in err
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--workers", "0"], "--workers must be >= 1, got 0"),
+    (["--replications", "0"], "--replications must be >= 1, got 0"),
+    (["--address", "localhost:8786"], "expected a scheduler address such as tcp://host:8786"),
+])
+def test_bad_sweep_option_is_one_line_exit_2(grid_file, tmp_path, cli, args, words) -> None:
+    code, _, err = cli("sweep", str(grid_file), "--out", str(tmp_path / "r.parquet"), *args)
+    assert code == 2
+    assert words in err and len(err.strip().splitlines()) == 1
