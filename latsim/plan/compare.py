@@ -4,7 +4,8 @@ For each device, one deployment (the given ``tp``, else the smallest TP in :data
 weights and longest request fit) is evaluated at every rate with
 :func:`latsim.plan.evaluate.evaluate`.  Per device the answer gives:
 
-- ``curve``: per rate, P50/P99 TTFT and TPOT (with the P99 interval), ``stable``, ``p_meet``;
+- ``curve``: per rate, P50/P99 TTFT and TPOT (with the P99 interval), ``stable``, ``p_meet``
+  (rates past two unstable ones in a row get one replication: they only show the queue growing);
 - ``knee_rps``: the highest rate before the P99 TTFT *departs*, i.e. before the first rate that
   is unstable or whose P99 TTFT exceeds :data:`KNEE_FACTOR` times the lightest rate's;
 - ``max_rps_at_slo`` (with an SLO): the highest rate of the curve that is stable and meets the
@@ -26,6 +27,7 @@ from latsim.plan.slo import PlanSLO
 
 TPS = (1, 2, 4, 8)
 KNEE_FACTOR = 2.0
+SATURATED = 2
 
 
 def pick_deployment(settings: Settings, longest: int) -> Deployment:
@@ -65,8 +67,7 @@ def compare(base: Settings, devices: tuple[str, ...], rates: tuple[float, ...], 
                            "workload": workload.as_dict(base), "replications": replications, "devices": {}}
     for device in devices:
         deployment = pick_deployment(replace(base, device=device), workload.longest)
-        curve = [_point(deployment, replace(base, device=device, qps=rate), slo, replications, min_p_meet)
-                 for rate in rates]
+        curve = _curve(deployment, replace(base, device=device), rates, slo, replications, min_p_meet)
         price = price_of(deployment.device.name, prices)
         gpus = deployment.tp * deployment.replicas
         knee, at_slo = knee_rate(curve), slo_rate(curve) if slo else None
@@ -82,6 +83,18 @@ def compare(base: Settings, devices: tuple[str, ...], rates: tuple[float, ...], 
     return out
 
 
+def _curve(deployment: Deployment, settings: Settings, rates: tuple[float, ...], slo: PlanSLO | None,
+           replications: int, min_p_meet: float) -> list[dict[str, Any]]:
+    """The points of one device; past :data:`SATURATED` unstable rates in a row, one replication
+    per point (the queue only grows from there; the point says how many runs it has)."""
+    curve: list[dict[str, Any]] = []
+    for rate in rates:
+        saturated = len(curve) >= SATURATED and not any(p["stable"] for p in curve[-SATURATED:])
+        curve.append(_point(deployment, replace(settings, qps=rate), slo, 1 if saturated else replications,
+                            min_p_meet))
+    return curve
+
+
 def _point(deployment: Deployment, settings: Settings, slo: PlanSLO | None, replications: int,
            min_p_meet: float) -> dict[str, Any]:
     s = evaluate(deployment, settings, slo, replications, settings.seed or 0)
@@ -89,7 +102,8 @@ def _point(deployment: Deployment, settings: Settings, slo: PlanSLO | None, repl
     return {"qps": settings.qps, "ttft_ms": {k: s["ttft_ms"][k] for k in keep},
             "tpot_ms": {k: s["tpot_ms"][k] for k in keep}, "stable": s["stable"], "p_meet": s["p_meet"],
             "meets_slo": bool(s["stable"] and (s["p_meet"] or 0.0) >= min_p_meet) if slo else None,
-            "throughput_rps": s["throughput_rps"], "output_tokens_per_s": s["output_tokens_per_s"]}
+            "throughput_rps": s["throughput_rps"], "output_tokens_per_s": s["output_tokens_per_s"],
+            "replications": s["replications"]}
 
 
 def knee_rate(curve: list[dict[str, Any]]) -> float | None:

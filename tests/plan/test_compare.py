@@ -73,3 +73,19 @@ def test_bad_input_is_one_line_exit_2(cli, args, words) -> None:
     code, _, err = cli("compare", "--model", "llama-3.2-1b", "--num-requests", "20", *args)
     assert code == 2
     assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_rates_past_two_unstable_points_get_one_replication(monkeypatch) -> None:
+    from latsim.config import Settings
+    from latsim.plan import compare as module
+
+    used = []
+
+    def fake_point(deployment, settings, slo, replications, min_p_meet):
+        used.append(replications)
+        return {"qps": settings.qps, "stable": settings.qps < 3}
+
+    monkeypatch.setattr(module, "_point", fake_point)
+    curve = module._curve(None, Settings(), (1.0, 2.0, 3.0, 4.0, 5.0, 6.0), None, 3, 0.8)
+    assert [p["qps"] for p in curve] == [1, 2, 3, 4, 5, 6]
+    assert used == [3, 3, 3, 3, 1, 1]
