@@ -177,6 +177,8 @@ _BOUNDS: dict[tuple[Any, ...], Bounds] = {}
 
 def _bounds(deployment: Deployment, workload: Workload) -> Bounds:
     key = (deployment, workload)
+    if len(_BOUNDS) > 4096:  # one search needs a few hundred; a long-lived process must not grow
+        _BOUNDS.clear()
     if key not in _BOUNDS:
         _BOUNDS[key] = capacity_bounds(deployment, workload.mean_input, workload.mean_output, workload.longest)
     return _BOUNDS[key]

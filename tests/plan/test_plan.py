@@ -104,3 +104,17 @@ def test_bad_input_is_one_line_exit_2(cli, args, words) -> None:
     code, _, err = cli("plan", "--model", "llama-3.2-1b", "--qps", "1", *argv)
     assert code == 2
     assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_engine_knob_search_multiplies_the_space() -> None:
+    from latsim.plan.search import ENGINE_KNOBS
+
+    base = Settings(model="llama-3.2-1b", max_num_seqs=32)
+    plain = Space(devices=("h100",), tps=(1,), replicas=(1,), weight_dtypes=("bf16",))
+    knobs = Space(devices=("h100",), tps=(1,), replicas=(1,), weight_dtypes=("bf16",), engine_knobs=ENGINE_KNOBS)
+    assert knobs.size() == len(ENGINE_KNOBS) * plain.size()
+    combos = {(s.max_num_seqs, s.max_num_batched_tokens) for s in knobs.settings(base)}
+    assert len(combos) == len(ENGINE_KNOBS)
+    assert (32, None) in combos  # "engine default" keeps what the user gave
+    with pytest.raises(ValueError, match="no devices"):
+        Space(devices=())
