@@ -72,7 +72,9 @@ def summary_figure(levels: list[Any], path: Path) -> None:
     _error_bars(axes[1][1], runs)
     fig.suptitle(f"latsim vs measured: {len(runs)} runs, {len(levels)} load levels")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    from latsim.atomic import atomic_write
+
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=90))
     plt.close(fig)
 
 
