@@ -11,7 +11,8 @@ from latsim.cli.app import Opt, app, err, out
 
 @app.command()
 def compare(
-    devices: Annotated[str, Opt(help="GPU types to compare (comma-separated)")] = "h100,h200,l40s",
+    devices: Annotated[str, Opt(help="GPUs to compare (comma-separated); a configuration adds :key=value, "
+                                     "e.g. h100:tp=2:weight_dtype=fp8")] = "h100,h200,l40s",
     qps: Annotated[str, Opt(help="Rates: LOW:HIGH (geometric), LOW:HIGH:POINTS, or a list 2,4,8")] = "1:20",
     model: Annotated[str, Opt(help="Catalog name or config.json path")] = "llama-3.1-8b",
     tp: Annotated[int | None, Opt(help="TP per replica (default: the smallest that fits each GPU)")] = None,
@@ -42,7 +43,7 @@ def compare(
     from latsim.report.output import json_default, json_safe
 
     rates = parsing.rates("--qps", qps)
-    names = parsing.names("--devices", devices)
+    configs = parsing.configs("--devices", devices)
     targets = parse_slo(slo) if slo else None
     overrides = parse_price_overrides(price)
     if replications < 1:
@@ -50,7 +51,7 @@ def compare(
     base = Settings(model=model, tp=tp, replicas=replicas, weight_dtype=weight_dtype, input_len=input_len,
                     output_len=output_len, input_dist=input_dist, output_dist=output_dist, arrival=arrival,
                     num_requests=num_requests, seed=seed)
-    answer = run_compare(base, names, rates, targets, replications, prices=overrides)
+    answer = run_compare(base, configs, rates, targets, replications, prices=overrides)
     if plot or html:
         png = compare_figure(answer)
         if plot:

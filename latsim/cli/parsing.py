@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any, get_type_hints
 
 
 def names(option: str, text: str) -> tuple[str, ...]:
@@ -17,6 +18,35 @@ def names(option: str, text: str) -> tuple[str, ...]:
     if option == "--devices":
         items = [load_device(t).name for t in items]
     return tuple(dict.fromkeys(items))
+
+
+CONFIG_KEYS = ("tp", "replicas", "weight_dtype", "kv_dtype", "max_num_seqs", "max_num_batched_tokens", "router")
+
+
+def configs(option: str, text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """``"h100,h100:tp=2:weight_dtype=fp8"`` -> ``(label, settings)`` pairs: a GPU name, optionally
+    followed by ``:key=value`` settings of :data:`CONFIG_KEYS`.  The label is the item as written
+    (the catalog name alone for a bare GPU)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from latsim.config import Settings
+
+    hints = get_type_hints(Settings)
+    out: dict[str, dict[str, Any]] = {}
+    for item in (t.strip() for t in text.split(",")):
+        name, *pairs = item.split(":")
+        settings: dict[str, Any] = {"device": names(option, name)[0]}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or key not in CONFIG_KEYS:
+                raise ValueError(f"{option} {item!r}: {pair!r} is not KEY=VALUE with KEY one of "
+                                 f"{', '.join(CONFIG_KEYS)}, e.g. h100:tp=2:weight_dtype=fp8")
+            try:
+                settings[key] = TypeAdapter(hints[key]).validate_python(value)
+            except ValidationError:
+                raise ValueError(f"{option} {item!r}: {value!r} is not a valid {key}") from None
+        out[item if pairs else settings["device"]] = settings
+    return tuple(out.items())
 
 
 def ints(option: str, text: str) -> tuple[int, ...]:

@@ -1,8 +1,9 @@
-"""``compare``: several GPUs (or TP sizes) side by side over a range of request rates.
+"""``compare``: several GPUs (or configurations) side by side over a range of request rates.
 
-For each device, one deployment (the given ``tp``, else the smallest TP in :data:`TPS` whose
-weights and longest request fit) is evaluated at every rate with
-:func:`latsim.plan.evaluate.evaluate`.  Per device the answer gives:
+For each GPU (or configuration: a GPU with its own TP, replicas, dtypes or engine knobs), one
+deployment (the given ``tp``, else the smallest TP in :data:`TPS` whose weights and longest
+request fit) is evaluated at every rate with :func:`latsim.plan.evaluate.evaluate`.  Per GPU
+or configuration the answer gives:
 
 - ``curve``: per rate, P50/P99 TTFT and TPOT (with the P99 interval), ``stable``, ``p_meet``
   (rates past two unstable ones in a row get one replication: they only show the queue growing);
@@ -51,11 +52,13 @@ def pick_deployment(settings: Settings, longest: int) -> Deployment:
     raise ValueError(f"{settings.model} fits on no {settings.device} deployment with TP in {TPS}: {reasons[-1]}")
 
 
-def compare(base: Settings, devices: tuple[str, ...], rates: tuple[float, ...], slo: PlanSLO | None,
+def compare(base: Settings, configs: tuple[tuple[str, dict[str, Any]], ...], rates: tuple[float, ...],
+            slo: PlanSLO | None,
             replications: int = 2, min_p_meet: float = 0.8, prices: dict[str, float] | None = None
             ) -> dict[str, Any]:
-    """The JSON-ready comparison (module docstring) of ``devices`` at ``rates`` under ``base``'s
-    model, engine and workload settings."""
+    """The JSON-ready comparison (module docstring) at ``rates`` of ``configs``, ``(label,
+    settings)`` pairs (``{"device": "h100", "tp": 2}``: a GPU and optionally deployment settings),
+    under ``base``'s model, engine and workload settings; ``devices`` in the answer is keyed by label."""
     from latsim.plan.search import Workload
     from latsim.scenario import merge
 
@@ -65,15 +68,17 @@ def compare(base: Settings, devices: tuple[str, ...], rates: tuple[float, ...], 
     workload = Workload.of(replace(base, qps=rates[0]))
     out: dict[str, Any] = {"model": base.model, "rates": list(rates), "slo": slo.as_dict() if slo else None,
                            "workload": workload.as_dict(base), "replications": replications, "devices": {}}
-    for device in devices:
-        deployment = pick_deployment(replace(base, device=device), workload.longest)
-        curve = _curve(deployment, replace(base, device=device), rates, slo, replications, min_p_meet)
+    for label, config in configs:
+        settings = replace(base, **config)
+        deployment = pick_deployment(settings, workload.longest)
+        curve = _curve(deployment, settings, rates, slo, replications, min_p_meet)
         price = price_of(deployment.device.name, prices)
         gpus = deployment.tp * deployment.replicas
         knee, at_slo = knee_rate(curve), slo_rate(curve) if slo else None
         rate = at_slo if slo else knee
-        out["devices"][deployment.device.name] = {
-            "tp": deployment.tp, "replicas": deployment.replicas, "gpus": gpus, "weight_dtype": deployment.weight_dtype,
+        out["devices"][label] = {
+            "device": deployment.device.name, "tp": deployment.tp, "replicas": deployment.replicas, "gpus": gpus,
+            "weight_dtype": deployment.weight_dtype,
             "curve": curve, "knee_rps": knee, "max_rps_at_slo": at_slo,
             "usd_per_hour": price.usd_per_gpu_hour * gpus, "price": price.as_dict(), "price_label": price.label(),
             "usd_per_million_output_tokens": (price.usd_per_gpu_hour * gpus / (rate * workload.mean_output * 3600.0)

@@ -27,7 +27,7 @@ def compare_figure(answer: dict[str, Any]) -> bytes:
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     slo = answer.get("slo") or {}
     for (name, dev), color in zip(answer["devices"].items(), COLORS, strict=False):
-        label = f"{name} TP{dev['tp']}"
+        label = name if ":" in name else f"{name} TP{dev['tp']}"
         qps = [p["qps"] for p in dev["curve"]]
         for ax, metric in ((axes[0][0], "ttft_ms"), (axes[0][1], "tpot_ms")):
             for stat, style in (("p50", ":"), ("p99", "-")):

@@ -68,6 +68,8 @@ def test_compare_json_figure_and_html(cli, tmp_path) -> None:
     (["--devices", "h100,l40"], "unknown device 'l40'"),
     (["--slo", "ttft_p98_ms=5"], "does not exist"),
     (["--price", "h100=free"], "'free' is not a number"),
+    (["--devices", "h100:pp=2"], "'pp=2' is not KEY=VALUE"),
+    (["--devices", "h100:tp=two"], "'two' is not a valid tp"),
 ])
 def test_bad_input_is_one_line_exit_2(cli, args, words) -> None:
     code, _, err = cli("compare", "--model", "llama-3.2-1b", "--num-requests", "20", *args)
@@ -89,3 +91,15 @@ def test_rates_past_two_unstable_points_get_one_replication(monkeypatch) -> None
     curve = module._curve(None, Settings(), (1.0, 2.0, 3.0, 4.0, 5.0, 6.0), None, 3, 0.8)
     assert [p["qps"] for p in curve] == [1, 2, 3, 4, 5, 6]
     assert used == [3, 3, 3, 3, 1, 1]
+
+
+def test_configurations_side_by_side(cli) -> None:
+    code, out, _ = cli("compare", "--model", "llama-3.2-1b", "--devices", "h100,h100:tp=2:weight_dtype=fp8",
+                       "--qps", "2,8", "--num-requests", "60", "--input-len", "128", "--output-len", "16",
+                       "--replications", "1", "--json")
+    assert code == 0
+    devices = json.loads(out)["devices"]
+    assert list(devices) == ["h100", "h100:tp=2:weight_dtype=fp8"]
+    one, two = devices.values()
+    assert (one["tp"], one["weight_dtype"], two["tp"], two["weight_dtype"]) == (1, "bf16", 2, "fp8")
+    assert two["device"] == "h100" and two["usd_per_hour"] == pytest.approx(2 * one["usd_per_hour"])
