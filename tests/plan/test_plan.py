@@ -118,3 +118,15 @@ def test_engine_knob_search_multiplies_the_space() -> None:
     assert (32, None) in combos  # "engine default" keeps what the user gave
     with pytest.raises(ValueError, match="no devices"):
         Space(devices=())
+
+
+def test_config_file_gives_model_and_workload_and_pins_device(cli, tmp_path) -> None:
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text("model: llama-3.2-1b\ndevice: l40s\nworkload: {qps: 2, num_requests: 80, input_len: 128, "
+                   "output_len: 16}\n")
+    code, out, _ = cli("plan", "--config", str(cfg), "--tps", "1", "--max-replicas", "1", "--weight-dtypes", "bf16",
+                       "--replications", "1", "--no-rate-search", "--slo", "ttft_p99_ms=5000", "--json")
+    assert code == 0
+    answer = json.loads(out)
+    assert answer["model"] == "llama-3.2-1b" and answer["workload"]["qps"] == 2
+    assert {c["device"] for c in answer["candidates"]} == {"l40s"}
