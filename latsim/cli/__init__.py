@@ -12,17 +12,20 @@ import sys
 
 import typer
 
-from latsim.cli import calibrate, catalog, measure, predict, validate
+from latsim.cli import calibrate, catalog, compare, measure, plan, predict, report, sweep, validate
 from latsim.cli.app import UserError, app, err
 
 __all__ = ["app", "main"]
-_COMMANDS = (calibrate, catalog, measure, predict, validate)  # imported for their registration
+# imported for their registration
+_COMMANDS = (calibrate, catalog, compare, measure, plan, predict, report, sweep, validate)
 
 
 def main() -> None:
     """Console entry point: run the app, turning user errors into one line and exit status 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # click returns a typer.Exit's status instead of raising it
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

@@ -14,7 +14,8 @@ from latsim.cli.app import Opt, UserError, app, out
 def validate(
     run: Annotated[Path, typer.Argument(help="A measured run directory, or a folder of them")],
     device: Annotated[str, Opt(help="GPU the run was measured on")] = "h200",
-    out_dir: Annotated[Path | None, Opt("--out", help="Write errors.csv and validation.png here")] = None,
+    out_dir: Annotated[Path | None, Opt("--out", help="Write errors.csv, validation.png (summary) and "
+                                                     "validation.html (one page per run) here")] = None,
     as_json: Annotated[bool, Opt("--json")] = False,
     seed: Annotated[int, Opt()] = 0,
     host_speed: Annotated[str, Opt(help="Host CPU speed to replay with: a number, or 'probe' (each level's "
@@ -33,10 +34,10 @@ def validate(
     table = error_table(levels)
     if out_dir:
         from latsim.atomic import atomic_write_text
-        from latsim.report.figures import validation_figure
+        from latsim.report.validation_report import write_report
 
         atomic_write_text(out_dir / "errors.csv", table.to_csv(index=False))
-        validation_figure(levels, out_dir / "validation.png", title=str(run))
+        write_report(levels, table, out_dir, title=str(run))
     if as_json:
         print(table.to_json(orient="records"))
         return

@@ -90,6 +90,33 @@ def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_d
                                 layers=model.num_layers, moe_layers=model.num_moe_layers, graph_tokens=graph_tokens)
 
 
+_CACHE: dict[tuple[object, ...], StepPricer] = {}
+_CACHE_SIZE = 32
+
+
+def cached_gpu_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",
+                          kv_dtype: str = "bf16", kind: str = "auto") -> StepPricer:
+    """:func:`gpu_cost_model`, built once per process and reused (the calibrated model tabulates
+    its regressors on construction, about 0.4 s; a search simulates one deployment many times).
+
+    Keyed on the model, device, ``tp``, dtypes, ``kind`` and the shipped profile's modification
+    time, so a profile rewritten in the process is re-read.  The priced models hold no state that
+    a simulation changes, so sharing one is safe.  Keeps the last :data:`_CACHE_SIZE` models.
+    """
+    from latsim.calibration.profile import PROFILE, has_profile
+
+    folder = has_profile(device.name, device.aliases)
+    stamp = (folder / PROFILE).stat().st_mtime_ns if folder is not None else None
+    key = (model, device, tp, weight_dtype, kv_dtype, kind, folder, stamp)
+    found = _CACHE.get(key)
+    if found is None:
+        found = gpu_cost_model(model, device, tp, weight_dtype, kv_dtype, kind)
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = found
+    return found
+
+
 def gpu_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dtype: str = "bf16",
                    kv_dtype: str = "bf16", kind: str = "auto") -> StepPricer:
     """The GPU-only cost model of ``kind`` (no host time), for fitting and reports."""

@@ -55,12 +55,12 @@ def default_cost_model(deployment: Deployment, engine: EngineConfig, *, host: Ho
                        gpu: StepPricer | None = None) -> CostModel:
     """The deployment's cost model with the host terms of the resolved ``engine``: ``host``
     (default: the engine's fitted ones) at the engine's ``host_speed``, around ``gpu``
-    (default: built for the deployment)."""
-    from latsim.costmodel.factory import build_cost_model, gpu_cost_model
+    (default: built for the deployment once per process and reused)."""
+    from latsim.costmodel.factory import build_cost_model, cached_gpu_cost_model
 
     spec = engine_spec(engine.engine)
     d = deployment
-    gpu = gpu or gpu_cost_model(d.model, d.device, d.tp, d.weight_dtype, d.kv_dtype)
+    gpu = gpu or cached_gpu_cost_model(d.model, d.device, d.tp, d.weight_dtype, d.kv_dtype)
     return build_cost_model(d.model, d.device, d.tp, d.weight_dtype, d.kv_dtype,
                             asynchronous=spec.overlaps_host(engine), host=host or spec.host_terms(gpu.kind),
                             graph_tokens=spec.graph_tokens(engine), gpu=gpu, host_speed=engine.host_speed)
