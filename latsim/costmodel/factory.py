@@ -103,7 +103,7 @@ def cached_gpu_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, wei
     time, so a profile rewritten in the process is re-read.  The priced models hold no state that
     a simulation changes, so sharing one is safe.  Keeps the last :data:`_CACHE_SIZE` models.
     """
-    from latsim.calibration.profile import PROFILE, has_profile
+    from latsim.costmodel.profile.store import PROFILE, has_profile
 
     folder = has_profile(device.name, device.aliases)
     stamp = (folder / PROFILE).stat().st_mtime_ns if folder is not None else None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from latsim.catalog.sizing import param_counts, weight_bytes
 from latsim.deployment import Deployment, resolve_engine
-from latsim.sim.registry import engine_spec
+from latsim.registry import engine_spec
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def capacity_bounds(deployment: Deployment, mean_input: float, mean_output: floa
     ``mean_output`` tokens, the longest being ``longest`` tokens (prompt + output)."""
     engine = resolve_engine(deployment)
     try:
-        plan = engine_spec(engine.engine).plan_memory(deployment)
+        plan = engine_spec(engine.engine).plan_memory(deployment, engine)
     except ValueError as exc:  # DoesNotFitError and a max_model_len above the KV capacity
         return Bounds(False, f"memory: {exc}", 0, 0.0)
     capacity = int(plan.kv_capacity_tokens)
