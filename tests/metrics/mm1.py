@@ -17,7 +17,7 @@ def mm1_records(lam: float, mu: float, n: int, rng: np.random.Generator,
                 horizon_s: float = math.inf) -> pd.DataFrame:
     """``n`` requests arriving at rate ``lam`` served at rate ``mu``; ``status`` ``"unfinished"``
     for requests that had not finished by ``horizon_s`` (their finish and, if not started, start are NaN)."""
-    arrival = np.cumsum(rng.exponential(1 / lam, n)) - 0.0
+    arrival = np.cumsum(rng.exponential(1 / lam, n))
     arrival -= arrival[0]
     service = rng.exponential(1 / mu, n)
     start = np.empty(n)
@@ -31,7 +31,8 @@ def mm1_records(lam: float, mu: float, n: int, rng: np.random.Generator,
         "request_id": np.arange(n), "replica": np.zeros(n, dtype=int), "arrival_s": arrival,
         "first_scheduled_s": np.where(start <= horizon_s, start, np.nan),
         "first_token_s": np.where(done, finish, np.nan), "finish_s": np.where(done, finish, np.nan),
-        "input_tokens": np.full(n, 100), "output_tokens": np.ones(n, dtype=int), "cached_tokens": np.zeros(n, dtype=int),
+        "input_tokens": np.full(n, 100), "output_tokens": np.ones(n, dtype=int),
+        "cached_tokens": np.zeros(n, dtype=int),
         "preemptions": np.zeros(n, dtype=int), "status": np.where(done, "ok", "unfinished"),
     })
 
