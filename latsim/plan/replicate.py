@@ -27,6 +27,7 @@ passes, a different and noisier number.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,14 @@ import pandas as pd
 from scipy import stats
 
 from latsim.deployment import Deployment
-from latsim.metrics.intervals import Sample, batch_sections, percentile_block, section_percentiles, standard_error
+from latsim.metrics.intervals import (
+    MIN_TAIL_CLUSTERS_PER_SECTION,
+    Sample,
+    batch_sections,
+    percentile_block,
+    section_percentiles,
+    standard_error,
+)
 from latsim.metrics.per_request import add_latencies
 from latsim.metrics.stability import StabilityVerdict, pooled_verdict, stability_verdict, steady_start_s
 from latsim.metrics.stats import DESCRIBE_PERCENTILES
@@ -54,8 +62,9 @@ SLO_METRICS = {"ttft_ms": "ttft_ms", "tpot_ms": "tpot_ms", "e2e_ms": "e2e_ms"}
 @dataclass(frozen=True)
 class ReplicatedPrediction:
     """``summary``: ``simulate()``'s summary keys plus ``replications``, ``stable``, ``saturation``,
-    ``capacity_rps``, ``stability`` and (with an SLO) ``slo``; ``stability``: the pooled verdict;
-    ``records``: each replication's per-request records."""
+    ``capacity_rps``, ``stability``, ``intervals`` (:func:`interval_advice`) and, with an SLO,
+    ``slo`` (:func:`slo_check`); ``stability``: the pooled verdict; ``records``: each
+    replication's per-request records."""
 
     summary: dict[str, Any]
     stability: StabilityVerdict
@@ -92,7 +101,7 @@ def replicate(deployment: Deployment, make_trace: Callable[[int], RequestTrace],
     capacity = estimate_capacity(deployment, make_trace(0), seed)
     verdicts = [stability_verdict(r.records, r.summary["offered_rps"]) for r in results]
     steady = [_steady(r.records) for r in results]
-    blocks = {key: percentile_block([(s[col].to_numpy() * 1e3, None) for s in steady], "replications")
+    blocks = {key: percentile_block([(_ms(s, col), None) for s in steady], "replications")
               for key, col in METRICS.items()}
     blocks["itl_ms"] = percentile_block([(r.itl_values_s * 1e3, r.itl_weights) for r in results], "replications")
     summary = _pooled_summary([r.summary for r in results])
@@ -117,9 +126,9 @@ def replay(deployment: Deployment, trace: RequestTrace, seed: int = 0, slo: SLO 
     blocks: dict[str, dict] = {}
     sections: dict[str, list[Sample]] = {}
     for key, col in METRICS.items():
-        ms = steady[col].to_numpy() * 1e3
-        sections[key] = batch_sections(ms[~np.isnan(ms)])
-        blocks[key] = percentile_block(sections[key] or [(ms[~np.isnan(ms)], None)], "batch_means")
+        ms = _ms(steady, col)
+        sections[key] = batch_sections(ms)
+        blocks[key] = percentile_block(sections[key] or [(ms, None)], "batch_means")
     blocks["itl_ms"] = dict(result.summary["itl_ms"], p99_ci95=[None, None], ci_method="none", ci_n=0,
                             ci_covers="no interval: inter-token gaps carry no arrival order")
     verdict = stability_verdict(result.records, result.summary["offered_rps"])
@@ -135,15 +144,31 @@ def _finish(summary: dict, blocks: dict, verdict: StabilityVerdict, capacity: fl
         block["steady_state"] = verdict.stable
     summary.update(blocks)
     summary.update(replications=verdict.replications, stable=verdict.stable, saturation=sat, capacity_rps=capacity,
-                   stability=verdict.to_dict())
+                   stability=verdict.to_dict(), intervals=interval_advice(blocks, len(records[0])))
     p_meet = None
     if slo is not None:
         if sections is None:
             assert steady is not None
-            sections = {key: [(s[METRICS[key]].to_numpy() * 1e3, None) for s in steady] for key in SLO_METRICS}
+            sections = {key: [(_ms(s, METRICS[key]), None) for s in steady] for key in SLO_METRICS}
         summary["slo"] = slo_check(slo, blocks, sections, slo_percentile)
         p_meet = summary["slo"]["p_meet"]
     return ReplicatedPrediction(summary, verdict, capacity, sat, p_meet, records)
+
+
+def interval_advice(blocks: dict, requests_per_run: int) -> dict:
+    """Whether the P99 intervals of TTFT, TPOT and E2E rest on enough tail episodes, and if not,
+    about how many requests per run would give each section ``MIN_TAIL_CLUSTERS_PER_SECTION``
+    (episodes grow about in proportion to run length; see :mod:`latsim.metrics.intervals`)."""
+    per_section = [b["ci_tail_clusters"] / b["ci_n"] for k, b in blocks.items()
+                   if k in SLO_METRICS and b.get("ci_tail_clusters") is not None and b["ci_n"]]
+    reliable = all(x >= MIN_TAIL_CLUSTERS_PER_SECTION for x in per_section)
+    out: dict[str, Any] = {"reliable": reliable, "tail_episodes_per_section": min(per_section, default=None)}
+    if not reliable:
+        scale = MIN_TAIL_CLUSTERS_PER_SECTION / max(min(per_section), 0.5)
+        out["suggested_requests_per_run"] = int(math.ceil(requests_per_run * scale / 100.0) * 100)
+        out["advice"] = ("the P99 intervals rest on few separate tail episodes and may be too narrow; "
+                         f"run about {out['suggested_requests_per_run']} requests per replication")
+    return out
 
 
 def slo_check(slo: SLO, blocks: dict, sections: dict[str, list[Sample]], percentile: str = "p99") -> dict:
@@ -183,6 +208,12 @@ def _confidence_below(point: float | None, estimates: np.ndarray, target: float)
     if se == 0:
         return 1.0 if point <= target else 0.0
     return float(stats.t.cdf((target - point) / se, len(estimates) - 1))
+
+
+def _ms(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """A latency column in milliseconds without its undefined (NaN) entries."""
+    ms = frame[column].to_numpy(dtype=np.float64) * 1e3
+    return ms[~np.isnan(ms)]
 
 
 def _steady(records: pd.DataFrame) -> pd.DataFrame:

@@ -14,7 +14,7 @@ import pytest
 from latsim import simulate, synthesize
 from latsim.metrics.summary import SLO
 from latsim.plan.capacity import estimate_capacity, saturation
-from latsim.plan.replicate import replay, replicate, synthetic_traces
+from latsim.plan.replicate import interval_advice, replay, replicate, synthetic_traces
 from latsim.scenario import DEFAULTS, build_deployment
 from latsim.workload.trace import RequestTrace
 from tests.script_module import load_script
@@ -138,3 +138,23 @@ def test_coverage_study_light_and_heavy_load(load: float, num_requests: int) -> 
                          ref_runs=2, ref_requests=20000)
     floor = 0.9 - 2.33 * math.sqrt(0.09 / 40)
     assert all(c >= floor for c in out["coverage"].values()), out
+
+
+def test_single_token_outputs_have_no_tpot_and_do_not_fail() -> None:
+    def make(i: int) -> RequestTrace:
+        return synthesize(10.0, 300, "poisson", 100, 1, np.random.default_rng([5, i]))
+
+    summary = replicate(CHEAP.deployment(), make, 2, slo=SLO(tpot_ms=10)).summary
+    assert summary["tpot_ms"]["p99"] is None and summary["tpot_ms"]["ci95"]["p99"] == [None, None]
+    assert summary["ttft_ms"]["p99"] is not None
+    assert summary["slo"]["p_meet"] is None  # no TPOT sample: the target's percentile is undefined
+
+
+def test_interval_advice_asks_for_longer_runs_when_tail_episodes_are_few() -> None:
+    few = {"ttft_ms": {"ci_tail_clusters": 5, "ci_n": 5}, "tpot_ms": {"ci_tail_clusters": 20, "ci_n": 5},
+           "itl_ms": {"ci_tail_clusters": None, "ci_n": 5}}
+    advice = interval_advice(few, 1000)
+    assert advice["reliable"] is False and advice["tail_episodes_per_section"] == 1.0
+    assert advice["suggested_requests_per_run"] == 2000 and "2000 requests per replication" in advice["advice"]
+    enough = interval_advice({"ttft_ms": {"ci_tail_clusters": 15, "ci_n": 5}}, 1000)
+    assert enough == {"reliable": True, "tail_episodes_per_section": 3.0}
