@@ -115,6 +115,13 @@ def test_replications_cover_the_long_run_p99_of_a_light_queue() -> None:
     assert np.mean([b["ci_reliable"] for b in blocks]) >= 0.8
 
 
+def test_replications_cover_the_long_run_p99_of_a_heavy_queue_with_long_runs() -> None:
+    """At load 0.8 the tail comes in long busy periods: 5 runs of 8,000 requests hold enough of them."""
+    coverage, blocks = _replication_study(0.8, experiments=60, replications=5, n=8000)
+    assert coverage >= floor(60), coverage
+    assert all(b["ci_reliable"] for b in blocks)
+
+
 def test_short_runs_of_a_heavy_queue_are_flagged_unreliable() -> None:
     """At load 0.8 a run of 1,000 requests holds a few busy periods: the diagnostic must say so."""
     _, blocks = _replication_study(0.8, experiments=20, replications=10, n=1000)

@@ -127,15 +127,17 @@ def test_issue_a100_case_through_replicate() -> None:
     assert out[5.0]["stable"] is True and out[5.0]["saturation"] < 0.6
 
 
-@pytest.mark.parametrize(("load", "num_requests"), [(0.5, 600), (0.8, 600)])
-def test_coverage_study_light_and_heavy_load(load: float, num_requests: int) -> None:
-    """The nominal 95 % P99 interval covers the long-run P99 at least ~90 % of the time.
-
-    40 experiments of 5 replications; tolerance: a true coverage of 0.9 falls below
-    ``0.9 - 2.33 * sqrt(0.09 / 40) = 0.79`` with probability 1 %.
+@pytest.mark.slow
+def test_coverage_study_light_load() -> None:
+    """The nominal 95 % P99 intervals of TTFT, TPOT and E2E cover the long-run P99 at least ~90 % of the
+    time at half capacity: 40 experiments of 5 replications x 600 requests.  Tolerance: a true coverage
+    of 0.9 falls below ``0.9 - 2.33 * sqrt(0.09 / 40) = 0.79`` with probability 1 %.  The heavy-load
+    study runs on M/M/1 in ``tests/metrics/test_intervals.py`` (an exact reference, and cheap enough
+    for the long runs a heavy load needs); the simulator's at 0.7-0.8x is in
+    ``scripts/interval_coverage.py``.
     """
-    out = STUDY.coverage(CHEAP, load, experiments=40, replications=5, num_requests=num_requests,
-                         ref_runs=2, ref_requests=20000)
+    out = STUDY.coverage(CHEAP, 0.5, experiments=40, replications=5, num_requests=600,
+                         ref_runs=2, ref_requests=15000)
     floor = 0.9 - 2.33 * math.sqrt(0.09 / 40)
     assert all(c >= floor for c in out["coverage"].values()), out
 
