@@ -15,7 +15,12 @@ arrivals.
    In a stable system the two counts differ only by the change in the number of requests in
    the system between the window's ends (zero on average); an overloaded one completes at its
    capacity ``mu`` while ``lambda`` arrive, so the fraction tends to ``mu / lambda``.  It fails
-   below ``1 - TOLERANCE``.  Counting arrivals in the same window (rather than using the
+   below ``1 - TOLERANCE - margin``.  The margin is the noise of a stable system's shortfall:
+   ``SERVED_Z * sqrt(2) * sd(N) / arrivals``, with ``sd(N)`` the standard deviation of the number
+   in the system around its Theil-Sen line, sampled at :data:`COUNT_SAMPLES` instants of the
+   window (two independent draws of a stationary count differ by ``sqrt(2) sd(N)``), so a
+   deployment holding hundreds of requests at once is not called overloaded because a short
+   run ended in a busy spell.  Counting arrivals in the same window (rather than using the
    nominal rate) removes the arrival process's own noise.
 2. **Trend in the number of requests in the system** (waiting and running: arrived, not yet
    finished; the queue length of the issue, measured where vLLM actually keeps its backlog,
@@ -30,8 +35,10 @@ arrivals.
    run.  The *size* of the trend is the Theil-Sen slope (``scipy.stats.theilslopes``) of the
    count against time, divided by the window's arrival rate: the share of the arrivals the
    system does not serve (``1 - mu / lambda`` for a fluid queue).  It fails when the trend is
-   both significant (p < :data:`TREND_ALPHA`) and larger than ``TOLERANCE``, so both tests
-   draw the line at the same load, ``lambda / mu`` about ``1 + TOLERANCE``.
+   both significant (p < :data:`TREND_ALPHA`) and larger than ``TOLERANCE + margin``, the
+   margin of test 1: the growth over the window must exceed what a stationary count's noise
+   gives (span means of a count that is correlated over longer than a span make the
+   Mann-Kendall p-value too small on its own).  Both tests so draw the line at the same load.
 
 The run is unstable when it fails either test.  Too few requests in the window for a test
 leaves that test out and says so in ``reasons``; a run whose requests all arrive at once (a
@@ -45,8 +52,8 @@ the median slope, with the same thresholds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -64,6 +71,10 @@ TOLERANCE = 0.05
 the arrival rate, is overload."""
 TREND_ALPHA = 0.01
 """One-sided significance level of the Mann-Kendall trend test."""
+SERVED_Z = 2.33
+"""One-sided 1 % normal quantile: the served-fraction margin is this many standard deviations."""
+COUNT_SAMPLES = 200
+"""Instants of the steady window at which the number in the system is sampled for its spread."""
 TREND_BATCHES = 20
 """Equal spans of the steady window whose mean number in the system the trend test compares."""
 MIN_BATCH = 5
@@ -74,9 +85,9 @@ MIN_WINDOW_REQUESTS = 20
 
 TEST_DESCRIPTION = (
     f"steady window = arrivals after max({WARMUP_FRACTION:.0%} of them, {WARMUP_E2E:g} median E2E); "
-    f"unstable if served fraction < {1 - TOLERANCE:g} or the number in the system grows "
-    f"(one-sided Mann-Kendall on {TREND_BATCHES} span means, p < {TREND_ALPHA}) by more than "
-    f"{TOLERANCE:g} of the arrival rate (Theil-Sen)"
+    f"unstable if served fraction < {1 - TOLERANCE:g} - m, or the number in the system grows by more than "
+    f"{TOLERANCE:g} + m of the arrival rate (Theil-Sen) with one-sided Mann-Kendall p < {TREND_ALPHA:g} on "
+    f"{TREND_BATCHES} span means; m = {SERVED_Z:g} sqrt(2) sd(number in system) / arrivals"
 )
 
 
@@ -84,7 +95,9 @@ TEST_DESCRIPTION = (
 class StabilityVerdict:
     """The verdict, the statistics behind it, and why (the tests: module docstring).
 
-    ``served_fraction``: ``window_completed / window_requests`` (``None`` when not tested).
+    ``served_fraction``: ``window_completed / window_requests`` (``None`` when not tested), and
+    ``served_floor`` the least that passes; ``in_system_sd``: the spread of the number of requests
+    in the system around its trend (the floor's noise margin).
     ``trend_tau`` / ``trend_p_value``: Kendall's tau of the spans' mean number in the system
     against span index, and its one-sided p-value; ``trend_slope``: Theil-Sen growth of that
     number as a share of the arrival rate (``None`` when the trend test was skipped).
@@ -104,6 +117,8 @@ class StabilityVerdict:
     window_requests: int
     window_completed: int
     reasons: tuple[str, ...]
+    served_floor: float | None = None
+    in_system_sd: float | None = None
     test: str = TEST_DESCRIPTION
     replications: int = 1
 
@@ -140,8 +155,9 @@ def stability_verdict(records: pd.DataFrame, offered_rps: float | None) -> Stabi
     window = _window(frame, arrival, _warmup(frame, arrival))
     reasons: list[str] = []
     served = window.completed / window.arrived if window.arrived >= MIN_WINDOW_REQUESTS else None
-    tau, p_value, slope = _trend(frame, window)
-    failed = _judge(served, p_value, slope, window.arrived, reasons)
+    tau, p_value, slope, spread = _trend(frame, window)
+    floor = _served_floor(spread * spread, window.arrived)
+    failed = _judge(served, floor, p_value, slope, window.arrived, reasons)
     if unfinished:
         reasons.append(f"{unfinished} requests were unfinished when the simulation stopped")
     span = window.end_s - window.start_s
@@ -149,6 +165,7 @@ def stability_verdict(records: pd.DataFrame, offered_rps: float | None) -> Stabi
         stable=not failed, served_fraction=served, trend_tau=tau, trend_p_value=p_value, trend_slope=slope,
         throughput_rps=window.completed / span, offered_rps=offered_rps, unfinished=unfinished,
         window_requests=window.arrived, window_completed=window.completed, reasons=tuple(reasons),
+        served_floor=floor, in_system_sd=spread,
     )
 
 
@@ -177,11 +194,12 @@ def pooled_verdict(verdicts: Sequence[StabilityVerdict]) -> StabilityVerdict:
         trend = (float(np.median([v.trend_tau for v in tested])), p_value,
                  float(np.median([v.trend_slope for v in tested])))
     served = completed / arrived if arrived >= MIN_WINDOW_REQUESTS else None
+    floor = _served_floor(sum((v.in_system_sd or 0.0) ** 2 for v in verdicts), arrived)
     reasons_list: list[str] = []
-    failed = _judge(served, trend[1], trend[2], arrived, reasons_list)
+    failed = _judge(served, floor, trend[1], trend[2], arrived, reasons_list)
     if unfinished:
         reasons_list.append(f"{unfinished} requests were unfinished when the simulations stopped")
-    return _combine(verdicts, not failed, served, trend, completed, tuple(reasons_list))
+    return replace(_combine(verdicts, not failed, served, trend, completed, tuple(reasons_list)), served_floor=floor)
 
 
 def _combine(verdicts: Sequence[StabilityVerdict], stable: bool, served: float | None,
@@ -198,23 +216,30 @@ def _combine(verdicts: Sequence[StabilityVerdict], stable: bool, served: float |
     )
 
 
-def _judge(served: float | None, p_value: float | None, slope: float | None, arrived: int,
+def _served_floor(variance: float, arrived: int) -> float | None:
+    """``1 - TOLERANCE`` less the noise margin for a summed in-system variance over ``arrived``."""
+    if arrived < MIN_WINDOW_REQUESTS:
+        return None
+    return 1 - TOLERANCE - SERVED_Z * math.sqrt(2 * variance) / arrived
+
+
+def _judge(served: float | None, floor: float | None, p_value: float | None, slope: float | None, arrived: int,
            reasons: list[str]) -> bool:
     """Append a sentence per failed or skipped test to ``reasons``; True when a test failed."""
     failed = False
-    if served is None:
+    if served is None or floor is None:
         reasons.append(f"skipped served-fraction test: {arrived} requests in the steady window "
                        f"(needs {MIN_WINDOW_REQUESTS})")
-    elif served < 1 - TOLERANCE:
+    elif served < floor:
         failed = True
-        reasons.append(f"served fraction {served:.3f} < {1 - TOLERANCE:g}: of the requests arriving in the "
+        reasons.append(f"served fraction {served:.3f} < {floor:.3f}: of the requests arriving in the "
                        "steady window, too few completed in it")
     if p_value is None or slope is None:
         reasons.append(f"skipped trend test: too few requests in the steady window for "
                        f"{MIN_TREND_BATCHES} spans of {MIN_BATCH}")
-    elif p_value < TREND_ALPHA and slope > TOLERANCE:
+    elif p_value < TREND_ALPHA and slope > (limit := TOLERANCE if floor is None else 1 - floor):
         failed = True
-        reasons.append(f"requests in the system grow by {slope:.3f} of the arrival rate > {TOLERANCE:g} "
+        reasons.append(f"requests in the system grow by {slope:.3f} of the arrival rate > {limit:.3f} "
                        f"(Theil-Sen; Mann-Kendall one-sided p {p_value:.2g} < {TREND_ALPHA:g})")
     return failed
 
@@ -250,32 +275,39 @@ def _window(frame: pd.DataFrame, arrival: np.ndarray, start: int) -> _Window:
     return _Window(lo, hi, len(arrival) - start, completed)
 
 
-def _trend(frame: pd.DataFrame, window: _Window) -> tuple[float | None, float | None, float | None]:
-    """Mann-Kendall tau and one-sided p, and the Theil-Sen slope over the arrival rate."""
+def _trend(frame: pd.DataFrame, window: _Window) -> tuple[float | None, float | None, float | None, float]:
+    """Mann-Kendall tau and one-sided p, the Theil-Sen slope over the arrival rate, and the spread
+    of the number in the system around its Theil-Sen line (0 when the window is too short)."""
+    if not window.end_s > window.start_s:
+        return None, None, None, 0.0
+    times, count = _in_system(frame)
+    instants = np.linspace(window.start_s, window.end_s, COUNT_SAMPLES)
+    sampled = count[np.searchsorted(times, instants, side="right") - 1]
+    fit = stats.theilslopes(sampled, instants)
+    spread = float(np.std(sampled - (fit.intercept + fit.slope * instants)))
     batches = min(TREND_BATCHES, window.arrived // MIN_BATCH)
-    if batches < MIN_TREND_BATCHES or not window.end_s > window.start_s:
-        return None, None, None
+    if batches < MIN_TREND_BATCHES:
+        return None, None, None, spread
     edges = np.linspace(window.start_s, window.end_s, batches + 1)
-    means = np.diff(_in_system_area(frame)(edges)) / np.diff(edges)
+    area = np.concatenate([[0.0], np.cumsum(count[:-1] * np.diff(times))])
+    means = np.diff(np.interp(edges, times, area)) / np.diff(edges)
     tau, p_value = stats.kendalltau(np.arange(batches), means, alternative="greater")
     if math.isnan(tau):  # a constant count: no trend
         tau, p_value = 0.0, 1.0
     rate = window.arrived / (window.end_s - window.start_s)
     slope = float(stats.theilslopes(means, (edges[:-1] + edges[1:]) / 2).slope) / rate
-    return float(tau), float(p_value), slope
+    return float(tau), float(p_value), slope, spread
 
 
-def _in_system_area(frame: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:
-    """``A(t)``: the integral of the number of requests in the system from the first arrival to ``t``."""
+def _in_system(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Event times and the number of requests in the system just after each (a step function)."""
     arrival = frame["arrival_s"].to_numpy(dtype=np.float64)
     finish = frame["finish_s"].to_numpy(dtype=np.float64)
     finish = finish[~np.isnan(finish)]
     times = np.concatenate([arrival, finish])
     order = np.argsort(times, kind="stable")
-    times = times[order]
     count = np.cumsum(np.concatenate([np.ones(len(arrival)), -np.ones(len(finish))])[order])
-    area = np.concatenate([[0.0], np.cumsum(count[:-1] * np.diff(times))])
-    return lambda t: np.interp(t, times, area)
+    return times[order], count
 
 
 def _burst_verdict(unfinished: int, n: int, offered_rps: float | None) -> StabilityVerdict:
