@@ -45,8 +45,14 @@ leaves that test out and says so in ``reasons``; a run whose requests all arrive
 burst) has no steady state, and is called stable only when every request finished.
 Requests still unfinished when the simulation stopped stay in the system (test 2) and count
 as not served (test 1).  :func:`pooled_verdict` combines the verdicts of independent
-replications: served fraction from the summed counts, trend p-values by Fisher's method and
-the median slope, with the same thresholds.
+replications: served fraction from the summed counts (margin from the summed variances),
+trend p-values by Fisher's method and the median slope, with the same thresholds.
+
+Measured boundary (``scripts/interval_coverage.py``, single runs of 1,000 requests, loads in
+units of the burst-replay capacity): llama-3.1-8b on an A100 with the default workload, 10
+seeds: right 10/10 at 0.5x, 0.8x, 1.2x and 1.5x, 9/10 at 0.9x and 8/10 at 1.1x; a 1B model
+with 32 sequences, 5 seeds: 5/5 at 0.5x-0.9x, 1.2x, 1.5x and 4/5 at 1.1x.  Within about 10 %
+of capacity a 1,000-request run cannot always tell.
 """
 
 from __future__ import annotations
