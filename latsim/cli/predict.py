@@ -15,41 +15,44 @@ from latsim.config import Settings, load_deployment_file
 @with_settings
 def predict(
     settings: Settings,
-    slo_ttft_ms: Annotated[float | None, Opt(help="TTFT SLO for goodput")] = None,
-    slo_tpot_ms: Annotated[float | None, Opt(help="TPOT SLO for goodput")] = None,
+    slo_ttft_ms: Annotated[float | None, Opt(help="TTFT P99 target (ms): goodput and p_meet")] = None,
+    slo_tpot_ms: Annotated[float | None, Opt(help="TPOT P99 target (ms): goodput and p_meet")] = None,
+    replications: Annotated[int, Opt(help="Independent replications of a synthetic workload (their spread "
+                                          "gives the intervals; 1: batch means of one run)")] = 5,
     config: Annotated[Path | None, Opt(help="Deployment YAML file with the same settings")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print exactly one JSON object")] = False,
     out_dir: Annotated[Path | None, Opt("--out", help="Write requests.parquet and summary.json here")] = None,
 ) -> None:
-    """Simulate a deployment under a workload and report latency percentiles."""
+    """Simulate a deployment under a workload and report latency percentiles with honest intervals."""
     from latsim.catalog.quant_resolve import dtype_report
     from latsim.metrics.summary import SLO
+    from latsim.plan.prediction import predict_settings
     from latsim.report.output import json_default, json_safe, write_outputs
     from latsim.report.tables import latency_table, system_table
-    from latsim.scenario import build_deployment, build_trace, merge
-    from latsim.sim.simulate import simulate
+    from latsim.scenario import merge
 
     settings = merge(settings, load_deployment_file(config) if config else None)
-    deployment = build_deployment(settings)
-    workload = build_trace(settings)
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
-    result = simulate(deployment, workload, seed=settings.seed or 0, slo=slo)
-    _check_outcome(result.summary, len(workload))
-    result.summary.update(dtype_report(deployment))
+    result = predict_settings(settings, slo=slo, replications=replications)
+    deployment, summary = result.deployment, result.summary
+    _check_outcome(summary, result.records)
+    summary.update(dtype_report(deployment))
     if out_dir:
-        write_outputs(result, out_dir)
+        write_outputs(out_dir, result.records, summary, {"memory": result.memory})
     if as_json:
-        print(json.dumps(json_safe(result.summary), allow_nan=False, default=json_default))
+        print(json.dumps(json_safe(summary), allow_nan=False, default=json_default))
         return
     title = (f"{deployment.model.name} on {deployment.replicas} replica(s) x TP{deployment.tp} "
              f"{deployment.device.name} ({deployment.engine.engine}; weights {deployment.weight_dtype} "
              f"from {deployment.weight_dtype_source}, KV {deployment.kv_dtype})")
-    out.print(latency_table(result.summary))
-    out.print(system_table(result.summary, title))
+    out.print(latency_table(summary))
+    out.print(system_table(summary, title))
 
 
-def _check_outcome(summary: dict, num_requests: int) -> None:
-    if summary["num_rejected"] == num_requests:
+def _check_outcome(summary: dict, records) -> None:
+    """User errors (every request rejected), and warnings on stderr: rejected requests, an
+    unstable deployment (an answer, exit 0), intervals resting on too few tail episodes."""
+    if summary["num_rejected"] == len(records):
         raise UserError(
             f"every request is longer than max_model_len={summary['max_model_len']} (prompt + output); "
             "shorten the workload or raise --max-model-len"
@@ -57,12 +60,13 @@ def _check_outcome(summary: dict, num_requests: int) -> None:
     if summary["num_rejected"]:
         err.print(f"warning: {summary['num_rejected']} requests exceed max_model_len="
                   f"{summary['max_model_len']} and were rejected, as vLLM rejects them")
-    if summary["num_unfinished"]:
-        rate = summary.get("throughput_rps") or 0.0
-        offered = summary.get("offered_rps")
-        raise UserError(
-            f"unstable: {summary['num_unfinished']} of {num_requests} requests were still unfinished after "
-            f"{summary['horizon_s']:.0f} simulated seconds; the deployment completes about {rate:.2f} req/s"
-            + (f" against {offered:.2f} req/s offered" if offered else "")
-            + "; lower --qps or add replicas"
-        )
+    if not summary["stable"]:
+        reasons = "; ".join(summary["stability"]["reasons"])
+        sat = summary.get("saturation")
+        err.print("warning: UNSTABLE: the deployment does not keep up with the offered load"
+                  + (f" (saturation {sat:.2f} of its estimated capacity {summary['capacity_rps']:.2f} req/s)"
+                     if sat is not None else "")
+                  + f": {reasons}. Its percentiles describe this run's length, not a steady state; "
+                  "lower --qps or add replicas")
+    elif not summary["intervals"]["reliable"]:
+        err.print(f"note: {summary['intervals']['advice']}")

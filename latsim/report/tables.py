@@ -14,7 +14,15 @@ def _ms(x: float | None) -> str:
 
 
 def latency_table(summary: dict) -> Table:
-    table = Table(title="Latency (ms)", title_justify="left")
+    """Percentiles with the P99's 95 % interval; an unstable run's title says its percentiles are
+    not steady-state."""
+    title = "Latency (ms)"
+    if summary.get("stable") is False:
+        title += " -- UNSTABLE: not steady-state, they grow with the run's length"
+    n, method = (summary.get("ttft_ms") or {}).get("ci_n"), (summary.get("ttft_ms") or {}).get("ci_method")
+    if n and method:
+        title += f"; intervals: {method.replace('_', ' ')}, n={n}"
+    table = Table(title=title, title_justify="left")
     for col in ("metric", "mean", "p50", "p90", "p95", "p99", "p99 95% CI"):
         table.add_column(col, justify="right" if col != "metric" else "left")
     for label, key in METRICS:
@@ -33,6 +41,8 @@ def system_table(summary: dict, title: str) -> Table:
         ("requests (completed / rejected / unfinished)",
          f"{summary['num_completed']} / {summary['num_rejected']} / {summary['num_unfinished']}"),
         ("offered load (req/s)", _num(summary.get("offered_rps"))),
+        ("stable", "yes" if summary.get("stable", True) else "NO"),
+        ("saturation (offered / estimated capacity)", _num(summary.get("saturation"))),
         ("throughput (req/s)", _num(summary.get("throughput_rps"))),
         ("output tokens/s", _num(summary.get("output_tokens_per_s"))),
         ("KV capacity (tokens)", f"{summary['kv_capacity_tokens']:,}"),
@@ -43,6 +53,8 @@ def system_table(summary: dict, title: str) -> Table:
     ]
     if "goodput_rps" in summary:
         rows.append(("goodput (req/s meeting the SLO)", _num(summary["goodput_rps"])))
+    if summary.get("slo"):
+        rows.append(("p_meet (P99 within every target)", _num(summary["slo"].get("p_meet"))))
     for what, value in rows:
         table.add_row(what, value)
     return table

@@ -34,6 +34,9 @@ class KvPlan(Protocol):
     @property
     def kv_capacity_tokens(self) -> int: ...
 
+    def as_dict(self) -> dict[str, float]:
+        """The plan's figures, for reports."""
+
 
 @dataclass(frozen=True)
 class EngineSpec:

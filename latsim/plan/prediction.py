@@ -1,0 +1,83 @@
+"""One prediction as ``latsim predict`` makes it: settings in, a replicated summary out.
+
+A synthetic workload runs ``replications`` independent replications (other seeds of the
+arrival and length processes, :func:`latsim.plan.replicate.replicate`); a trace is replayed once
+with batch-means intervals (:func:`latsim.plan.replicate.replay`).  When the replications were
+too short for their P99 intervals to rest on enough separate tail episodes (``intervals.reliable``
+false) and the user did not fix the request count, they are run once more at the suggested length
+(at most :data:`MAX_AUTO_REQUESTS` per replication); ``intervals.extended_from`` then says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from latsim.config import Settings
+from latsim.deployment import Deployment, resolve_engine
+from latsim.metrics.summary import SLO
+from latsim.plan.replicate import DEFAULT_REPLICATIONS, ReplicatedPrediction, replay, replicate, synthetic_traces
+from latsim.registry import engine_spec
+from latsim.scenario import DEFAULT_NUM_REQUESTS, build_deployment, build_trace
+
+MAX_AUTO_REQUESTS = 6000
+"""The most requests per replication an automatic lengthening runs (the CPU cost grows with it)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The deployment, the replicated summary, every request of every replication (with a
+    ``replication`` column), and the memory plan of one replica."""
+
+    deployment: Deployment
+    summary: dict[str, Any]
+    records: pd.DataFrame
+    memory: dict[str, Any]
+
+
+def predict_settings(settings: Settings, *, slo: SLO | None = None,
+                     replications: int = DEFAULT_REPLICATIONS) -> Prediction:
+    """Predict ``settings`` (already merged with the defaults, :func:`latsim.scenario.merge`).
+
+    ``replications``: independent runs of a synthetic workload (>= 1; 1 gives batch-means
+    intervals of one run).  ValueError for bad settings, with the setting named."""
+    if isinstance(replications, bool) or not isinstance(replications, int) or replications < 1:
+        raise ValueError(f"--replications must be an integer >= 1, got {replications!r}")
+    deployment = build_deployment(settings)
+    seed = settings.seed or 0
+    if settings.trace:
+        result = replay(deployment, build_trace(settings), seed=seed, slo=slo)
+    else:
+        build_trace(settings)  # validates the workload settings with their messages
+        result = _replicated(deployment, settings, slo, replications, seed)
+    engine = resolve_engine(deployment)
+    memory = engine_spec(engine.engine).plan_memory(deployment, engine)
+    return Prediction(deployment, result.summary, _records(result), memory.as_dict())
+
+
+def _replicated(deployment: Deployment, s: Settings, slo: SLO | None, replications: int,
+                seed: int) -> ReplicatedPrediction:
+    requests = s.num_requests or DEFAULT_NUM_REQUESTS
+    if replications == 1:  # one synthetic run: batch means, as for a trace
+        return replay(deployment, _traces(s, requests, seed)(0), seed=seed, slo=slo)
+    result = replicate(deployment, _traces(s, requests, seed), replications, seed, slo)
+    advice = result.summary["intervals"]
+    longer = min(int(advice.get("suggested_requests_per_run") or 0), MAX_AUTO_REQUESTS)
+    if s.num_requests is None and result.stability.stable and not advice["reliable"] and longer > requests:
+        result = replicate(deployment, _traces(s, longer, seed), replications, seed, slo)
+        result.summary["intervals"]["extended_from"] = requests
+    return result
+
+
+def _traces(s: Settings, requests: int, seed: int):
+    inputs = s.input_len if s.input_len is not None else s.input_dist
+    outputs = s.output_len if s.output_len is not None else s.output_dist
+    assert s.qps is not None and inputs is not None and outputs is not None
+    return synthetic_traces(s.qps, requests, s.arrival or "poisson", inputs, outputs, seed)
+
+
+def _records(result: ReplicatedPrediction) -> pd.DataFrame:
+    frames = [r.assign(replication=i) for i, r in enumerate(result.records)]
+    return pd.concat(frames, ignore_index=True)
