@@ -72,6 +72,9 @@ def build_deployment(s: Settings) -> Deployment:
 
 
 def build_trace(s: Settings) -> RequestTrace:
+    """The workload of ``s``: its trace file, or requests synthesized from its workload settings."""
+    if s.seed is not None and s.seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {s.seed}")
     if s.trace:
         if s.num_requests is not None and s.num_requests < 1:
             raise ValueError(f"--num-requests must be >= 1, got {s.num_requests}")

@@ -1,0 +1,45 @@
+"""Rough edges a new user hits: each bad input ends as one line naming it, exit status 2."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from tests.test_cli import run
+
+SMALL = ["--num-requests", "20", "--qps", "4"]
+
+
+def test_a_negative_seed_names_the_flag(monkeypatch, capsys):
+    code, _, err = run(["predict", *SMALL, "--seed", "-1"], monkeypatch, capsys)
+    assert code == 2 and "--seed" in err and "-1" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("model", ["./no-such-model.json", "no/such/folder"])
+def test_a_missing_model_config_path_is_file_not_found(model, monkeypatch, capsys):
+    code, _, err = run(["predict", *SMALL, "--model", model], monkeypatch, capsys)
+    assert code == 2 and "file not found" in err and model in err and "unknown model" not in err
+
+
+def test_an_unknown_model_name_is_still_unknown(monkeypatch, capsys):
+    code, _, err = run(["predict", *SMALL, "--model", "llama-3.1-8"], monkeypatch, capsys)
+    assert code == 2 and "unknown model" in err and "llama-3.1-8b" in err
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.csv", "t.jsonl.gz"])
+def test_binary_bytes_in_a_trace_name_the_file_and_line(name, tmp_path, monkeypatch, capsys):
+    text = (b'{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5}\n\xff\xfe\n' if ".jsonl" in name
+            else b"arrival_s,input_tokens,output_tokens\n0,10,5\n1,\xff\xfe,4\n")
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    code, _, err = run(["predict", "--trace", str(path)], monkeypatch, capsys)
+    line = 2 if ".jsonl" in name else 3
+    assert code == 2 and f"{path}:{line}: not UTF-8" in err and "0xff" in err
+
+
+def test_a_damaged_gzip_trace_names_the_file(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5}\n')[:-12])
+    code, _, err = run(["predict", "--trace", str(path)], monkeypatch, capsys)
+    assert code == 2 and str(path) in err and "gzip" in err and "aborted" not in err
