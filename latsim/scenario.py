@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from latsim.catalog.lookup import load_device, load_model
-from latsim.config import Settings, file_settings
+from latsim.config import Settings, file_settings, setting_flag
 from latsim.deployment import Deployment, EngineConfig
 from latsim.workload.generate import synthesize
 from latsim.workload.io import read_trace
@@ -45,7 +45,33 @@ def merge(flags: Settings, file: BaseModel | None) -> Settings:
         else:
             merged[f.name] = None
     _lengths_given_together(flags, merged)
+    _trace_alone(flags, from_file, merged)
     return Settings(**merged)
+
+
+SYNTHETIC_KEYS = ("qps", "arrival", "input_len", "input_dist", "output_len", "output_dist")
+"""Workload settings that describe synthesized requests; a trace file gives its own instead."""
+
+
+def _trace_alone(flags: Settings, from_file: dict, merged: dict) -> None:
+    """A trace replaces the synthetic workload: refuse settings it would silently override.
+
+    A ``--trace`` flag replaces the file's synthetic workload (flags win over the file); a trace
+    given together with synthetic settings from the same source, or a file's trace with
+    synthetic flags, is an error naming them.
+    """
+    if merged["trace"] is None:
+        return
+    flagged = [k for k in SYNTHETIC_KEYS if getattr(flags, k) is not None]
+    filed = [k for k in SYNTHETIC_KEYS if from_file.get(k) is not None]
+    clash = ", ".join(setting_flag(k) for k in flagged) if flagged else ""
+    if not clash and flags.trace is None and filed:
+        clash = "the deployment file's workload " + ", ".join(filed)
+    if clash:
+        raise ValueError(f"--trace gives the arrivals and lengths, so {clash} would be ignored; "
+                         "give a trace or the synthetic workload settings, not both")
+    for k in SYNTHETIC_KEYS:
+        merged[k] = None
 
 
 def _lengths_given_together(flags: Settings, merged: dict) -> None:

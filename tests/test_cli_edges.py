@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 
 import pytest
 
@@ -43,3 +44,35 @@ def test_a_damaged_gzip_trace_names_the_file(tmp_path, monkeypatch, capsys):
     path.write_bytes(gzip.compress(b'{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5}\n')[:-12])
     code, _, err = run(["predict", "--trace", str(path)], monkeypatch, capsys)
     assert code == 2 and str(path) in err and "gzip" in err and "aborted" not in err
+
+
+TRACE_LINES = ('{"arrival_s": 0.5, "input_tokens": 30, "output_tokens": 5}\n'
+               '{"arrival_s": 0.0, "input_tokens": 20, "output_tokens": 4}\n'
+               '{"arrival_s": 1.0, "input_tokens": 10, "output_tokens": 3}\n')
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--qps", "3"], "--qps"), (["--input-len", "7", "--arrival", "constant"], "--arrival, --input-len")])
+def test_workload_flags_next_to_a_trace_are_refused(extra, needle, tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(TRACE_LINES)
+    code, _, err = run(["predict", "--trace", str(trace), *extra], monkeypatch, capsys)
+    assert code == 2 and "--trace" in err and needle in err
+
+
+def test_a_trace_in_the_file_with_synthetic_settings_in_the_file_is_refused(tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(TRACE_LINES)
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text(f"workload: {{trace: {trace}, qps: 3}}\n")
+    code, _, err = run(["predict", "--config", str(cfg)], monkeypatch, capsys)
+    assert code == 2 and "qps" in err and "--trace" in err
+
+
+def test_a_trace_flag_replaces_the_files_synthetic_workload(tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(TRACE_LINES)
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text("workload: {qps: 3, num_requests: 500}\n")
+    code, out, _ = run(["predict", "--config", str(cfg), "--trace", str(trace), "--json"], monkeypatch, capsys)
+    assert code == 0 and json.loads(out)["num_requests"] == 3
