@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import pandas as pd
 import pytest
 
 from tests.test_cli import run
@@ -76,3 +77,24 @@ def test_a_trace_flag_replaces_the_files_synthetic_workload(tmp_path, monkeypatc
     cfg.write_text("workload: {qps: 3, num_requests: 500}\n")
     code, out, _ = run(["predict", "--config", str(cfg), "--trace", str(trace), "--json"], monkeypatch, capsys)
     assert code == 0 and json.loads(out)["num_requests"] == 3
+
+
+def test_records_of_an_unsorted_trace_keep_the_files_order_as_id(tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(TRACE_LINES)
+    code, _, err = run(["predict", "--trace", str(trace), "--out", str(tmp_path / "o")], monkeypatch, capsys)
+    records = pd.read_parquet(tmp_path / "o" / "requests.parquet")
+    assert code == 0 and "not in arrival order" in err and "sorted" in err
+    lines = [json.loads(line) for line in TRACE_LINES.splitlines()]
+    for row in records.itertuples():  # request_id is the record's position in the file
+        assert row.input_tokens == lines[row.request_id]["input_tokens"]
+        assert row.arrival_s == lines[row.request_id]["arrival_s"]
+    assert records["arrival_s"].is_monotonic_increasing and sorted(records["request_id"]) == [0, 1, 2]
+
+
+def test_records_of_a_sorted_trace_are_numbered_in_order_without_a_note(tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(sorted(TRACE_LINES.splitlines(keepends=True), key=lambda s: json.loads(s)["arrival_s"])))
+    code, _, err = run(["predict", "--trace", str(trace), "--out", str(tmp_path / "o")], monkeypatch, capsys)
+    records = pd.read_parquet(tmp_path / "o" / "requests.parquet")
+    assert code == 0 and "arrival order" not in err and records["request_id"].tolist() == [0, 1, 2]

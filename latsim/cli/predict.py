@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -31,6 +32,9 @@ def predict(
     settings = merge(settings, load_deployment_file(config) if config else None)
     deployment = build_deployment(settings)
     workload = build_trace(settings)
+    if workload.source_index is not None:
+        print(f"note: {settings.trace} is not in arrival order; its requests were sorted by arrival, and "
+              "request_id is each request's 0-based position in the file", file=sys.stderr)
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
     result = simulate(deployment, workload, seed=settings.seed or 0, slo=slo)
     _check_outcome(result.summary, len(workload))

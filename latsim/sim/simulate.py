@@ -150,6 +150,7 @@ def _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, 
     for replica in replicas:
         replica.launch.release([r for r in requests if r.replica == replica.index])
     records = records_frame(requests, cost_model.frontend_s)
+    records["request_id"] = trace.request_ids  # the request's position in the trace's source
     itl_values, itl_weights = recorder.itl_samples()
     rng = np.random.default_rng(seed)
     summary = summarize(records, itl_values, itl_weights, slo=slo, rng=rng)

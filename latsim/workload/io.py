@@ -11,7 +11,8 @@ Formats, chosen by extension (each also as ``.gz``):
   ``TIMESTAMP, ContextTokens, GeneratedTokens`` (see :mod:`latsim.workload.azure`).  Extra
   columns are ignored.
 
-Reading sorts requests by arrival time (stable, so ties keep file order); every problem is a
+Reading sorts requests by arrival time (stable, so ties keep file order; the trace's
+``source_index`` keeps each request's position in the file); every problem is a
 :class:`TraceFormatError` naming the file and the 1-based line.  Writing is atomic: a
 temporary file in the target's directory is filled, synced and renamed over the target.
 """
@@ -147,6 +148,7 @@ def _replay(trace: RequestTrace, time_scale: float, max_requests: int | None) ->
         output_tokens=trace.output_tokens[keep],
         prefix_group=cut(trace.prefix_group),
         prefix_tokens=cut(trace.prefix_tokens),
+        source_index=cut(trace.source_index),
     )
 
 
