@@ -90,8 +90,9 @@ def resolve_engine(deployment: Deployment) -> EngineConfig:
     """Fill the engine's defaulted knobs for this device (max_model_len is left to the memory plan)."""
     cfg = deployment.engine
     tokens, seqs = engine_spec(cfg.engine).server_defaults(deployment.device)
+    tokens = cfg.max_num_batched_tokens or tokens
     return replace(
         cfg,
-        max_num_batched_tokens=cfg.max_num_batched_tokens or tokens,
-        max_num_seqs=cfg.max_num_seqs or seqs,
+        max_num_batched_tokens=tokens,
+        max_num_seqs=cfg.max_num_seqs or min(seqs, tokens),  # as vLLM's EngineArgs caps a defaulted one
     )
