@@ -69,10 +69,11 @@ class Deployment:
         if self.tp < 1 or self.replicas < 1:
             raise ValueError(f"tp and replicas must be >= 1, got tp={self.tp}, replicas={self.replicas}")
         if self.model.num_heads % self.tp != 0:
-            divisors = [d for d in (1, 2, 4, 8, 16) if self.model.num_heads % d == 0]
+            divisors = [d for d in range(1, self.device.max_gpus_per_node + 1) if self.model.num_heads % d == 0]
             raise ValueError(
                 f"tp={self.tp} does not divide the {self.model.num_heads} attention heads of "
-                f"{self.model.name}; use one of {divisors}"
+                f"{self.model.name}; tp must divide them and be at most the {self.device.max_gpus_per_node} "
+                f"GPUs per node of {self.device.name}: one of {', '.join(map(str, divisors))}"
             )
         if self.tp > self.device.max_gpus_per_node:
             raise ValueError(

@@ -42,19 +42,24 @@ def plan_checked(deployment: Deployment) -> KvPlan:
     one is lowered to the budget: :func:`~latsim.deployment.resolve_engine`).
     """
     memory = plan_memory(deployment)
+    check_token_budget(deployment, memory.max_model_len)
+    return memory
+
+
+def check_token_budget(deployment: Deployment, max_model_len: int) -> None:
+    """ValueError for a token budget vLLM 0.25.1 refuses to start with (see :func:`plan_checked`)."""
     given, engine = deployment.engine.max_num_batched_tokens, resolve_engine(deployment)
     tokens, seqs = engine.max_num_batched_tokens, engine.max_num_seqs
     assert tokens is not None and seqs is not None
-    if given is not None and not engine.enable_chunked_prefill and given < memory.max_model_len:
+    if given is not None and not engine.enable_chunked_prefill and given < max_model_len:
         raise ValueError(
-            f"max_num_batched_tokens {given} is below max_model_len {memory.max_model_len} without chunked "
+            f"max_num_batched_tokens {given} is below max_model_len {max_model_len} without chunked "
             "prefill, which vLLM 0.25.1 refuses to start with; give --max-num-batched-tokens >= "
-            f"{memory.max_model_len}, a smaller --max-model-len, or --chunked-prefill")
+            f"{max_model_len}, a smaller --max-model-len, or --chunked-prefill")
     if deployment.engine.max_num_seqs is not None and tokens < seqs:
         raise ValueError(
             f"max_num_batched_tokens {tokens} is below max_num_seqs {seqs}, which vLLM 0.25.1 refuses to "
             f"start with; give --max-num-batched-tokens >= {seqs} or --max-num-seqs <= {tokens}")
-    return memory
 
 
 def graph_tokens(engine: EngineConfig) -> int:
