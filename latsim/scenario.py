@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from latsim.catalog.lookup import load_device, load_model
 from latsim.config import Settings, file_settings, setting_flag
 from latsim.deployment import Deployment, EngineConfig
+from latsim.sim.footprint import check_fits_in_memory
 from latsim.workload.generate import synthesize
 from latsim.workload.io import read_trace
 from latsim.workload.trace import RequestTrace
@@ -110,6 +111,7 @@ def build_trace(s: Settings) -> RequestTrace:
         raise ValueError(f"--num-requests must be >= 1, got {num}")
     if s.qps is None:
         raise ValueError("give --qps or --trace")
+    check_fits_in_memory(num)  # before minutes go into synthesizing what cannot be simulated
     rng = np.random.default_rng(s.seed or 0)
     inputs = s.input_len if s.input_len is not None else s.input_dist
     outputs = s.output_len if s.output_len is not None else s.output_dist

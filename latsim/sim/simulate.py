@@ -20,6 +20,7 @@ from latsim.costmodel.host import HostOverhead
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.metrics.summary import SLO, summarize
 from latsim.sim.engine_spec import EngineSpec, KvPlan
+from latsim.sim.footprint import check_fits_in_memory
 from latsim.sim.protocols import FastForward, Scheduler
 from latsim.sim.recorder import Recorder
 from latsim.sim.registry import engine_spec
@@ -77,6 +78,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
     """
     if not len(trace):
         raise ValueError("the workload has no requests")
+    check_fits_in_memory(len(trace))
     engine = resolve_engine(deployment)
     spec = engine_spec(engine.engine)
     memory = spec.plan_memory(deployment)
