@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import Any
 
 from latsim.deployment import Deployment, resolve_engine
 
@@ -34,21 +35,22 @@ def _candidates(d: Deployment) -> Iterator[tuple[str, str, Deployment]]:
     """``(setting, flag text, changed deployment)``, smallest change first within a setting:
     larger tensor-parallel sizes, the engine's defaults for given knobs, fp8 weights."""
     for tp in range(d.tp + 1, d.device.max_gpus_per_node + 1):
-        changed = _valid(lambda tp=tp: replace(d, tp=tp))
+        changed = _with_tp(d, tp)
         if changed is not None:
             yield "tp", f"--tp {tp}", changed
     knobs = [k for k in ("max_num_seqs", "max_num_batched_tokens") if getattr(d.engine, k) is not None]
     for group in [[k] for k in knobs] + ([knobs] if len(knobs) > 1 else []):
-        changed = replace(d, engine=replace(d.engine, **dict.fromkeys(group)))
+        defaults: dict[str, Any] = dict.fromkeys(group)
+        changed = replace(d, engine=replace(d.engine, **defaults))
         resolved = resolve_engine(changed)
         yield "+".join(group), " ".join(f"--{k.replace('_', '-')} {getattr(resolved, k)}" for k in group), changed
     if d.weight_dtype in ("bf16", "fp16"):
         yield "weight_dtype", "--weight-dtype fp8", replace(d, weight_dtype="fp8")
 
 
-def _valid(build: Callable[[], Deployment]) -> Deployment | None:
-    """The deployment ``build`` makes, or None when it is not a valid one (e.g. tp not dividing the heads)."""
+def _with_tp(d: Deployment, tp: int) -> Deployment | None:
+    """``d`` at tensor-parallel size ``tp``, or None when that is not a valid deployment."""
     try:
-        return build()
+        return replace(d, tp=tp)
     except ValueError:
         return None
