@@ -59,11 +59,13 @@ def _calibrated_builder(device: DeviceSpec) -> Builder | None:
     return BUILDERS["calibrated"] if has_profile(device.name, device.aliases) else None
 
 
-def calibration_status(device_name: str) -> str:
-    """``calibrated (<date>, <grid> grid)`` when a fitted profile ships for the device, else ``roofline``."""
+def calibration_status(device: DeviceSpec) -> str:
+    """The cost model ``auto`` picks for ``device`` (what ``predict`` uses), as :func:`gpu_cost_model`
+    picks it: ``calibrated (<date>, <grid> grid)`` when a fitted profile ships for the device or
+    an alias, else ``roofline``.  (``transferred`` is never picked: only asked for by ``kind``.)"""
     from latsim.calibration.profile import has_profile, read_profile
 
-    folder = has_profile(device_name)
+    folder = has_profile(device.name, device.aliases)
     if folder is None:
         return "roofline"
     prof = read_profile(folder)
