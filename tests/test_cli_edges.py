@@ -98,3 +98,54 @@ def test_records_of_a_sorted_trace_are_numbered_in_order_without_a_note(tmp_path
     code, _, err = run(["predict", "--trace", str(trace), "--out", str(tmp_path / "o")], monkeypatch, capsys)
     records = pd.read_parquet(tmp_path / "o" / "requests.parquet")
     assert code == 0 and "arrival order" not in err and records["request_id"].tolist() == [0, 1, 2]
+
+
+def test_json_records_the_inputs_that_produced_it(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text("device: h200\nengine: {max_num_seqs: 64}\nworkload: {arrival: constant}\n")
+    argv = ["predict", "--config", str(cfg), "--tp", "2", "--replicas", "2", "--qps", "3", "--input-len", "100",
+            "--num-requests", "20", "--seed", "4", "--json"]
+    code, out, _ = run(argv, monkeypatch, capsys)
+    inputs = json.loads(out)["inputs"]
+    assert code == 0 and inputs["model"] == "llama-3.1-8b" and inputs["device"] == "h200"
+    assert (inputs["tp"], inputs["replicas"]) == (2, 2)
+    engine = inputs["engine"]
+    assert engine["max_num_seqs"] == 64 and engine["max_num_batched_tokens"] >= 1 and engine["max_model_len"] >= 1
+    assert engine["enable_chunked_prefill"] is True and engine["engine"] == "vllm"
+    workload = inputs["workload"]
+    assert workload["qps"] == 3 and workload["arrival"] == "constant" and workload["input_len"] == 100
+    assert "input_dist" not in workload and workload["num_requests"] == 20 and workload["seed"] == 4
+
+
+def test_the_recorded_inputs_reproduce_the_prediction(monkeypatch, capsys):
+    code, out, _ = run(["predict", "--num-requests", "20", "--qps", "5", "--max-num-seqs", "8", "--json"],
+                       monkeypatch, capsys)
+    first = json.loads(out)
+    inputs, workload = first["inputs"], first["inputs"]["workload"]
+    argv = ["predict", "--model", inputs["model"], "--device", inputs["device"], "--tp", str(inputs["tp"]),
+            "--max-num-seqs", str(inputs["engine"]["max_num_seqs"]), "--qps", str(workload["qps"]),
+            "--num-requests", str(workload["num_requests"]), "--input-dist", workload["input_dist"],
+            "--output-dist", workload["output_dist"], "--seed", str(workload["seed"]), "--json"]
+    code, out, _ = run(argv, monkeypatch, capsys)
+    assert code == 0 and json.loads(out) == first
+
+
+def test_a_trace_prediction_records_the_trace(tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(TRACE_LINES)
+    code, out, _ = run(["predict", "--trace", str(trace), "--json"], monkeypatch, capsys)
+    workload = json.loads(out)["inputs"]["workload"]
+    assert code == 0 and workload["trace"] == str(trace) and workload["num_requests"] == 3
+    assert workload["sorted_by_arrival"] is True and "qps" not in workload
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_out_says_what_it_wrote_and_the_summary_has_the_inputs(as_json, tmp_path, monkeypatch, capsys):
+    argv = ["predict", *SMALL, "--out", str(tmp_path / "o"), *(["--json"] if as_json else [])]
+    code, out, err = run(argv, monkeypatch, capsys)
+    said = err if as_json else out
+    assert code == 0 and f"wrote {tmp_path / 'o' / 'requests.parquet'}, {tmp_path / 'o' / 'summary.json'}" in said
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["inputs"]["workload"]["num_requests"] == 20 and summary["inputs"]["device"] == "h100"
+    if as_json:
+        assert json.loads(out)["inputs"] == summary["inputs"]

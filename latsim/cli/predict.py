@@ -24,6 +24,7 @@ def predict(
 ) -> None:
     """Simulate a deployment under a workload and report latency percentiles."""
     from latsim.metrics.summary import SLO
+    from latsim.report.inputs import describe_inputs
     from latsim.report.output import json_default, json_safe, write_outputs
     from latsim.report.tables import latency_table, system_table
     from latsim.scenario import build_deployment, build_trace, merge
@@ -38,15 +39,20 @@ def predict(
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
     result = simulate(deployment, workload, seed=settings.seed or 0, slo=slo)
     _check_outcome(result.summary, len(workload))
-    if out_dir:
-        write_outputs(result, out_dir)
-    if as_json:
-        print(json.dumps(json_safe(result.summary), allow_nan=False, default=json_default))
+    inputs = describe_inputs(settings, deployment, workload, result)
+    written = write_outputs(result, out_dir, inputs) if out_dir else []
+    wrote = f"wrote {', '.join(map(str, written))} ({len(result.records)} requests)"
+    if as_json:  # stdout stays exactly one JSON object
+        print(json.dumps(json_safe({**result.summary, "inputs": inputs}), allow_nan=False, default=json_default))
+        if written:
+            print(wrote, file=sys.stderr)
         return
     title = (f"{deployment.model.name} on {deployment.replicas} replica(s) x TP{deployment.tp} "
              f"{deployment.device.name} ({deployment.engine.engine})")
     out.print(latency_table(result.summary))
     out.print(system_table(result.summary, title))
+    if written:
+        print(wrote)
 
 
 def _check_outcome(summary: dict, num_requests: int) -> None:

@@ -9,15 +9,18 @@ from pathlib import Path
 from latsim.atomic import atomic_write, atomic_write_text
 
 
-def write_outputs(result, out_dir: str | Path) -> None:
-    """Write the per-request records and the summary atomically into ``out_dir``."""
+def write_outputs(result, out_dir: str | Path, inputs: dict | None = None) -> list[Path]:
+    """Write the per-request records and the summary (with ``inputs``, what produced them:
+    :func:`latsim.report.inputs.describe_inputs`) atomically into ``out_dir``; the files written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     records = result.records
     atomic_write(out / "requests.parquet", lambda f: records.to_parquet(f, index=False))
-    body = {"summary": result.summary, "memory": result.memory.as_dict(), **result.extra}
+    body = {"summary": result.summary, "memory": result.memory.as_dict(), **result.extra,
+            **({"inputs": inputs} if inputs is not None else {})}
     text = json.dumps(json_safe(body), indent=2, allow_nan=False, default=json_default)
     atomic_write_text(out / "summary.json", text + "\n")
+    return [out / "requests.parquet", out / "summary.json"]
 
 
 def json_safe(obj: object) -> object:
