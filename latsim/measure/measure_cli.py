@@ -35,6 +35,10 @@ def _load(qps: float | None, concurrency: int | None, burst: bool, timeout_s: fl
 def run_measurement(*, out_dir: Path, endpoint, model_name, engine, model, load_format, qps, concurrency, burst,
                     trace, arrival, input_len, input_dist, output_len, output_dist, num_requests, seed,
                     timeout_s) -> str:
+    if num_requests < 1:
+        raise ValueError(f"--num-requests must be >= 1, got {num_requests}")
+    if seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {seed}")
     load = _load(qps, concurrency, burst, timeout_s, traced=trace is not None)
     if trace is not None:
         _trace_alone(arrival, input_len, input_dist, output_len, output_dist)

@@ -58,3 +58,11 @@ def test_measure_refuses_workload_options_next_to_a_trace(extra, needle, tmp_pat
     code, _, err = run(["measure", "--out", str(tmp_path / "run"), "--endpoint", "http://127.0.0.1:1/v1",
                         "--model-name", "m", "--trace", str(trace), *extra], monkeypatch, capsys)
     assert code == 2 and "--trace" in err and needle in err
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--seed", "-1"], "--seed"), (["--num-requests", "0"], "--num-requests")])
+def test_measure_names_a_bad_count_or_seed(extra, needle, tmp_path, monkeypatch, capsys):
+    code, _, err = run(["measure", "--out", str(tmp_path / "run"), "--endpoint", "http://127.0.0.1:1/v1",
+                        "--model-name", "m", "--qps", "2", *extra], monkeypatch, capsys)
+    assert code == 2 and needle in err and not (tmp_path / "run").exists()
