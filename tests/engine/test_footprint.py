@@ -15,10 +15,10 @@ from tests.test_cli import run
 
 def test_the_estimate_is_a_lower_bound_of_what_a_simulation_holds():
     n = 2000
-    trace = synthesize(50.0, n, "poisson", 20, 4, np.random.default_rng(0))
     deployment = Deployment(load_model("llama-3.2-1b"), load_device("h100"))
     tracemalloc.start()
     try:
+        trace = synthesize(50.0, n, "poisson", 20, 4, np.random.default_rng(0))
         result = simulate(deployment, trace)
         held, _ = tracemalloc.get_traced_memory()  # with the result (records) still alive
     finally:
