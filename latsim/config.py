@@ -85,6 +85,12 @@ class Settings:
     seed: int | None = setting("Random seed", "workload", default=0)
 
 
+def setting_flag(name: str) -> str:
+    """The command-line option of setting ``name`` (e.g. ``--kv-cache-dtype`` for ``kv_dtype``)."""
+    meta = next(f.metadata for f in fields(Settings) if f.name == name)
+    return str(meta["flag"] or "--" + name.replace("_", "-"))
+
+
 def keys_of(section: str) -> tuple[str, ...]:
     """The :class:`Settings` names of deployment-file ``section`` (``top``, ``engine``, ``workload``)."""
     return tuple(f.name for f in fields(Settings) if f.metadata["section"] == section)

@@ -77,10 +77,11 @@ class Deployment:
         if self.tp < 1 or self.replicas < 1:
             raise ValueError(f"tp and replicas must be >= 1, got tp={self.tp}, replicas={self.replicas}")
         if self.model.num_heads % self.tp != 0:
-            divisors = [d for d in (1, 2, 4, 8, 16) if self.model.num_heads % d == 0]
+            divisors = [d for d in range(1, self.device.max_gpus_per_node + 1) if self.model.num_heads % d == 0]
             raise ValueError(
                 f"tp={self.tp} does not divide the {self.model.num_heads} attention heads of "
-                f"{self.model.name}; use one of {divisors}"
+                f"{self.model.name}; tp must divide them and be at most the {self.device.max_gpus_per_node} "
+                f"GPUs per node of {self.device.name}: one of {', '.join(map(str, divisors))}"
             )
         if self.tp > self.device.max_gpus_per_node:
             raise ValueError(
@@ -99,8 +100,9 @@ def resolve_engine(deployment: Deployment) -> EngineConfig:
     """Fill the engine's defaulted knobs for this device (max_model_len is left to the memory plan)."""
     cfg = deployment.engine
     tokens, seqs = engine_spec(cfg.engine).server_defaults(deployment.device)
+    tokens = cfg.max_num_batched_tokens or tokens
     return replace(
         cfg,
-        max_num_batched_tokens=cfg.max_num_batched_tokens or tokens,
-        max_num_seqs=cfg.max_num_seqs or seqs,
+        max_num_batched_tokens=tokens,
+        max_num_seqs=cfg.max_num_seqs or min(seqs, tokens),  # as vLLM's EngineArgs caps a defaulted one
     )

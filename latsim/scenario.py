@@ -12,8 +12,9 @@ import numpy as np
 from pydantic import BaseModel
 
 from latsim.catalog.lookup import load_device, load_model
-from latsim.config import Settings, file_settings
+from latsim.config import Settings, file_settings, setting_flag
 from latsim.deployment import Deployment, EngineConfig
+from latsim.sim.footprint import check_fits_in_memory
 from latsim.workload.generate import synthesize
 from latsim.workload.io import read_trace
 from latsim.workload.trace import RequestTrace
@@ -45,7 +46,33 @@ def merge(flags: Settings, file: BaseModel | None) -> Settings:
         else:
             merged[f.name] = None
     _lengths_given_together(flags, merged)
+    _trace_alone(flags, from_file, merged)
     return Settings(**merged)
+
+
+SYNTHETIC_KEYS = ("qps", "arrival", "input_len", "input_dist", "output_len", "output_dist")
+"""Workload settings that describe synthesized requests; a trace file gives its own instead."""
+
+
+def _trace_alone(flags: Settings, from_file: dict, merged: dict) -> None:
+    """A trace replaces the synthetic workload: refuse settings it would silently override.
+
+    A ``--trace`` flag replaces the file's synthetic workload (flags win over the file); a trace
+    given together with synthetic settings from the same source, or a file's trace with
+    synthetic flags, is an error naming them.
+    """
+    if merged["trace"] is None:
+        return
+    flagged = [k for k in SYNTHETIC_KEYS if getattr(flags, k) is not None]
+    filed = [k for k in SYNTHETIC_KEYS if from_file.get(k) is not None]
+    clash = ", ".join(setting_flag(k) for k in flagged) if flagged else ""
+    if not clash and flags.trace is None and filed:
+        clash = "the deployment file's workload " + ", ".join(filed)
+    if clash:
+        raise ValueError(f"--trace gives the arrivals and lengths, so {clash} would be ignored; "
+                         "give a trace or the synthetic workload settings, not both")
+    for k in SYNTHETIC_KEYS:
+        merged[k] = None
 
 
 def _lengths_given_together(flags: Settings, merged: dict) -> None:
@@ -72,6 +99,9 @@ def build_deployment(s: Settings) -> Deployment:
 
 
 def build_trace(s: Settings) -> RequestTrace:
+    """The workload of ``s``: its trace file, or requests synthesized from its workload settings."""
+    if s.seed is not None and s.seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {s.seed}")
     if s.trace:
         if s.num_requests is not None and s.num_requests < 1:
             raise ValueError(f"--num-requests must be >= 1, got {s.num_requests}")
@@ -81,6 +111,7 @@ def build_trace(s: Settings) -> RequestTrace:
         raise ValueError(f"--num-requests must be >= 1, got {num}")
     if s.qps is None:
         raise ValueError("give --qps or --trace")
+    check_fits_in_memory(num)  # before minutes go into synthesizing what cannot be simulated
     rng = np.random.default_rng(s.seed or 0)
     inputs = s.input_len if s.input_len is not None else s.input_dist
     outputs = s.output_len if s.output_len is not None else s.output_dist

@@ -33,22 +33,27 @@ def test_json_output_is_exactly_one_object_with_the_contract_keys(monkeypatch, c
     for key in ("throughput_rps", "output_tokens_per_s", "num_requests", "preemptions", "kv_capacity_tokens",
                 "kv_peak_utilization", "cost_model"):
         assert key in summary
-    assert summary["num_requests"] == 60
+    # five replications of 60 requests by default: counts are summed, each run's size is in inputs
+    assert summary["replications"] == 5 and summary["num_requests"] == 5 * 60
+    assert summary["inputs"]["workload"]["num_requests"] == 60
+    for key in ("stable", "saturation", "capacity_rps", "stability", "intervals"):
+        assert key in summary
+    assert summary["ttft_ms"]["ci_method"] == "replications" and summary["ttft_ms"]["ci_n"] == 5
 
 
 def test_table_output_and_out_dir(tmp_path, monkeypatch, capsys):
     code, out, _ = run(["predict", *SMALL, "--out", str(tmp_path)], monkeypatch, capsys)
     assert code == 0 and "TTFT" in out
     records = pd.read_parquet(tmp_path / "requests.parquet")
-    assert len(records) == 60
-    assert json.loads((tmp_path / "summary.json").read_text())["summary"]["num_requests"] == 60
+    assert len(records) == 5 * 60 and sorted(records["replication"].unique()) == [0, 1, 2, 3, 4]
+    assert json.loads((tmp_path / "summary.json").read_text())["summary"]["num_requests"] == 5 * 60
 
 
 def test_config_file_is_used_and_flags_win(tmp_path, monkeypatch, capsys):
     cfg = tmp_path / "d.yaml"
     cfg.write_text("model: qwen2.5-7b\ndevice: h200\nworkload: {qps: 3, num_requests: 40, output_len: 20}\n")
     code, out, _ = run(["predict", "--config", str(cfg), "--num-requests", "30", "--json"], monkeypatch, capsys)
-    assert code == 0 and json.loads(out)["num_requests"] == 30
+    assert code == 0 and json.loads(out)["inputs"]["workload"]["num_requests"] == 30
 
 
 @pytest.mark.parametrize(
@@ -94,8 +99,10 @@ def test_overload_is_reported_unstable_not_hung(monkeypatch, capsys):
     argv = ["predict", "--qps", "500", "--num-requests", "400", "--input-len", "2000", "--output-len", "400",
             "--device", "l4", "--model", "llama-3.2-1b", "--max-model-len", "4096"]
     monkeypatch.setattr("latsim.sim.simulate.default_horizon", lambda trace: 30.0)
-    code, _, err = run(argv, monkeypatch, capsys)
-    assert code == 2 and "unstable" in err
+    code, out, err = run([*argv, "--json"], monkeypatch, capsys)
+    assert code == 0 and "UNSTABLE" in err  # an answer, not an error
+    summary = json.loads(out)
+    assert summary["stable"] is False and summary["ttft_ms"]["steady_state"] is False
 
 
 def test_models_and_devices_list(monkeypatch, capsys):
@@ -122,7 +129,8 @@ def test_host_speed_slows_a_host_bound_engine_not_a_gpu_bound_one(monkeypatch, c
         return json.loads(out)["tpot_ms"]["p50"]
 
     assert tpot("llama-3.2-1b", "0.5") > 1.6 * tpot("llama-3.2-1b", "1")
-    assert tpot("qwen2.5-32b", "0.5") == pytest.approx(tpot("qwen2.5-32b", "1"), rel=0.03)
+    # GPU-bound: a few percent (its graph-less launches are CPU work), against 1.6x and more above
+    assert tpot("qwen2.5-32b", "0.5") == pytest.approx(tpot("qwen2.5-32b", "1"), rel=0.05)
 
 
 def test_host_speed_in_a_deployment_file(tmp_path, monkeypatch, capsys):

@@ -18,15 +18,14 @@ cost model adds the per-kernel graph cost separately.  ``fit_report.json`` recor
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from latsim.atomic import atomic_write_text
 from latsim.calibration import fit_fixed
+from latsim.calibration.unchanged import save_if_changed, write_json_if_changed
 from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.profile import features
 from latsim.costmodel.profile.regressors import model_path
@@ -146,8 +145,8 @@ def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed:
                               "families": {}}
     for family, df in fit_frames(folder).items():
         model, rep = fit_family(family, without_floor(df, floor), device, seed, params)
-        model.get_booster().save_model(str(model_path(out, family)))
+        save_if_changed(model_path(out, family), model.get_booster().save_model)
         report["families"][family] = rep
     report["families"].update(fixed)
-    atomic_write_text(out / "fit_report.json", json.dumps(report, indent=1) + "\n")
+    write_json_if_changed(out / "fit_report.json", report)  # a re-fit of the same tables leaves it alone
     return report

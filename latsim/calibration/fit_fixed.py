@@ -12,14 +12,13 @@ interior size predicted from its neighbours (leave-one-out).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from latsim.atomic import atomic_write_text
+from latsim.calibration.unchanged import write_json_if_changed
 from latsim.costmodel.profile.store import available_families, load_table, read_profile
 
 
@@ -104,10 +103,10 @@ def fit_fixed(folder: Path, out: Path) -> dict[str, Any]:
     report: dict[str, Any] = {}
     over = fit_overheads(folder)
     if over is not None:
-        atomic_write_text(out / "overheads.json", json.dumps(over, indent=1) + "\n")
+        write_json_if_changed(out / "overheads.json", over)
         report["overhead"] = {k: v for k, v in over.items() if k.endswith("_s") or k.endswith("_points")}
     ar = fit_allreduce(folder)
     if ar is not None:
-        atomic_write_text(out / "allreduce.json", json.dumps(ar, indent=1) + "\n")
+        write_json_if_changed(out / "allreduce.json", ar)
         report["allreduce"] = _loo_report(ar)
     return report

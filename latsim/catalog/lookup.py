@@ -91,7 +91,15 @@ def _resolve_model(name_or_path: str | Path) -> tuple[str, dict[str, Any]]:
         return key, read_config_file(MODELS_DIR / f"{key}.json")
     if Path(name_or_path).is_dir():
         raise ValueError(f"folder {name_or_path} has no config.json and is not a catalog model name")
+    if _looks_like_path(str(name_or_path)):
+        raise ValueError(f"model config {name_or_path}: file not found (expected a config.json file, a folder "
+                         "holding one, or a catalog name; see `latsim models`)")
     raise UnknownNameError("model", str(name_or_path), _suggest(key, list_models()), "latsim models")
+
+
+def _looks_like_path(name: str) -> bool:
+    """A name no catalog model has: one with a folder separator or a ``.json`` ending."""
+    return "/" in name or "\\" in name or name.lower().endswith(".json")
 
 
 def _config_path(path: Path) -> Path | None:

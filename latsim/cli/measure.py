@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-from latsim.cli.app import Opt, app, err, out
+from latsim.cli.app import Opt, UserError, app, err, out
 
 
 @app.command()
@@ -32,13 +32,17 @@ def measure(
 ) -> None:
     """Drive a live engine with a workload and record per-token timestamps."""
     from latsim.measure.measure_cli import run_measurement
+    from latsim.measure.vllm_driver import EngineStartError
 
-    summary = run_measurement(
-        out_dir=out_dir, endpoint=endpoint, model_name=model_name, engine=engine, model=model,
-        load_format=load_format, qps=qps, concurrency=concurrency, burst=burst, trace=trace, arrival=arrival,
-        input_len=input_len, input_dist=input_dist, output_len=output_len, output_dist=output_dist,
-        num_requests=num_requests, seed=seed, timeout_s=timeout_s,
-    )
+    try:
+        summary = run_measurement(
+            out_dir=out_dir, endpoint=endpoint, model_name=model_name, engine=engine, model=model,
+            load_format=load_format, qps=qps, concurrency=concurrency, burst=burst, trace=trace, arrival=arrival,
+            input_len=input_len, input_dist=input_dist, output_len=output_len, output_dist=output_dist,
+            num_requests=num_requests, seed=seed, timeout_s=timeout_s,
+        )
+    except EngineStartError as exc:
+        raise UserError(str(exc)) from None
     out.print(summary)
 
 

@@ -15,13 +15,7 @@ from typing import Annotated, Any, get_type_hints
 
 import typer
 
-from latsim.config import Settings
-
-
-def setting_flag(name: str) -> str:
-    """The command-line option of setting ``name`` (e.g. ``--kv-cache-dtype`` for ``kv_dtype``)."""
-    meta = next(f.metadata for f in fields(Settings) if f.name == name)
-    return str(meta["flag"] or "--" + name.replace("_", "-"))
+from latsim.config import Settings, setting_flag
 
 
 def _parameters() -> list[inspect.Parameter]:

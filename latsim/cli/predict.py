@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -35,18 +36,26 @@ def predict(
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
     result = predict_settings(settings, slo=slo, replications=replications)
     deployment, summary = result.deployment, result.summary
+    if result.trace_sorted:
+        err.print(f"note: {settings.trace} is not in arrival order; its requests were sorted by arrival, and "
+                  "request_id is each request's 0-based position in the file")
     _check_outcome(summary, result.records)
     summary.update(dtype_report(deployment))
-    if out_dir:
-        write_outputs(out_dir, result.records, summary, {"memory": result.memory})
-    if as_json:
-        print(json.dumps(json_safe(summary), allow_nan=False, default=json_default))
+    written = write_outputs(out_dir, result.records, summary, {"memory": result.memory, "inputs": result.inputs}) \
+        if out_dir else []
+    wrote = f"wrote {', '.join(map(str, written))} ({len(result.records)} requests)"
+    if as_json:  # stdout stays exactly one JSON object
+        print(json.dumps(json_safe({**summary, "inputs": result.inputs}), allow_nan=False, default=json_default))
+        if written:
+            print(wrote, file=sys.stderr)
         return
     title = (f"{deployment.model.name} on {deployment.replicas} replica(s) x TP{deployment.tp} "
              f"{deployment.device.name} ({deployment.engine.engine}; weights {deployment.weight_dtype} "
              f"from {deployment.weight_dtype_source}, KV {deployment.kv_dtype})")
     out.print(latency_table(summary))
     out.print(system_table(summary, title))
+    if written:
+        print(wrote)
 
 
 def _check_outcome(summary: dict, records) -> None:

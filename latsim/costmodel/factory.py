@@ -59,12 +59,14 @@ def _calibrated_builder(device: DeviceSpec) -> Builder | None:
     return BUILDERS["calibrated"] if has_profile(device.name, device.aliases) else None
 
 
-def calibration_status(device_name: str) -> str:
-    """Where the device's kernel costs come from: ``measured here (...)``, ``imported (...)`` or ``roofline``."""
+def calibration_status(device: DeviceSpec) -> str:
+    """Where ``device``'s kernel costs come from, as :func:`gpu_cost_model` picks them (``auto``):
+    ``measured here (...)``, ``imported (...)`` when a fitted profile ships for the device or an
+    alias, else ``roofline``.  (``transferred`` is never picked: only asked for by ``kind``.)"""
     from latsim.costmodel.profile.origin import status
     from latsim.costmodel.profile.store import has_profile, read_profile
 
-    folder = has_profile(device_name)
+    folder = has_profile(device.name, device.aliases)
     return status(read_profile(folder) if folder is not None else None)
 
 

@@ -198,12 +198,14 @@ def probe_cpus(hot: tuple[Thread, float] | None, work: int) -> tuple[float, floa
 
 
 def samples(interval_s: float, work: int, watch: int | None, stop: list[bool]) -> Iterator[list[Any]]:
-    """Yield one row of :data:`COLUMNS` every ``interval_s`` until ``stop[0]`` is set."""
+    """Yield one row of :data:`COLUMNS` now and every ``interval_s`` after; once ``stop[0]`` is
+    set, one last row (the end of the interval the stop fell in), then stop."""
     start = last_t = tick = time.perf_counter()
     last_times = cpu_times()
     last_sched: dict[Thread, tuple[float, float]] = {}
     me, hot = os.getpid(), None
-    while not stop[0]:
+    while True:
+        stopping = stop[0]
         probe, other, pinned = probe_cpus(hot, work)
         times = cpu_times()
         busy, steal = machine_fractions(last_times, times)
@@ -215,6 +217,8 @@ def samples(interval_s: float, work: int, watch: int | None, stop: list[bool]) -
         hot_tid = hot[0][1] if hot else None
         last_times, last_sched, last_t = times, sched, now
         yield [now - start, probe, other, pinned, hot_tid, share, busy, steal, *(totals or (None, None))]
+        if stopping:
+            return
         tick += interval_s
         time.sleep(max(0.0, tick - time.perf_counter()))
 
@@ -243,7 +247,14 @@ class HostProbe:
     ``baseline`` is :func:`baseline_s` taken earlier on the same machine (``None``: the
     summary has no ratios).  ``watch`` is the pid whose process tree is followed (default:
     this process, whose children are the engine's processes).
+
+    Entering returns once the sampler has written its first row (so the series starts before
+    the block, however long the sampler took to start); leaving takes one last row, so even
+    an empty block has two.  Neither depends on how fast this machine is.
     """
+
+    START_TIMEOUT_S = 120.0
+    """How long entering waits for the sampler's first row before giving up (RuntimeError)."""
 
     def __init__(self, baseline: float | None = None, interval_s: float = DEFAULT_INTERVAL_S,
                  work: int = DEFAULT_WORK, watch: int | None = None) -> None:
@@ -261,7 +272,33 @@ class HostProbe:
             [sys.executable, "-m", "latsim.measure.hostprobe", "--interval", str(self.interval_s),
              "--work", str(self.work), "--watch", str(self.watch), "--out", name],
             stdin=subprocess.DEVNULL)
+        try:
+            self.wait_rows(1, self.START_TIMEOUT_S)
+        except BaseException:
+            self._proc.kill()
+            self._proc.wait()
+            self._path.unlink(missing_ok=True)
+            raise
         return self
+
+    def rows_so_far(self) -> list[list[float | None]]:
+        """The rows the sampler has written so far (inside the ``with`` block)."""
+        assert self._path is not None, "the probe is not running"
+        return list(parse_rows(self._path.read_text()))
+
+    def wait_rows(self, count: int, timeout_s: float = START_TIMEOUT_S) -> list[list[float | None]]:
+        """Block until the sampler has written ``count`` rows; the rows.  RuntimeError if the
+        sampler exits first or ``timeout_s`` passes (a guard, not a timing assumption)."""
+        assert self._proc is not None, "the probe is not running"
+        deadline = time.monotonic() + timeout_s
+        while len(rows := self.rows_so_far()) < count:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"host probe sampler exited with status {self._proc.returncode} "
+                                   f"after {len(rows)} of {count} rows")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"host probe sampler wrote {len(rows)} of {count} rows in {timeout_s:.0f} s")
+            time.sleep(0.01)
+        return rows
 
     def __exit__(self, *exc: object) -> None:
         assert self._proc is not None and self._path is not None

@@ -104,8 +104,9 @@ def specs_from_trace(trace: RequestTrace, load: LoadSpec, id_prefix: str = "req"
         offsets = np.zeros_like(offsets)
     groups = trace.prefix_group if trace.prefix_group is not None else np.full(len(trace), -1)
     plens = trace.prefix_tokens if trace.prefix_tokens is not None else np.zeros(len(trace))
+    ids = trace.request_ids.tolist()  # the position in the trace file, also when it was sorted
     return [
-        RequestSpec(i, f"{id_prefix}-{i}", float(offsets[i]), int(trace.input_tokens[i]),
+        RequestSpec(i, f"{id_prefix}-{ids[i]}", float(offsets[i]), int(trace.input_tokens[i]),
                     int(trace.output_tokens[i]), int(groups[i]), int(plens[i]))
         for i in range(len(trace))
     ]

@@ -12,8 +12,18 @@ from latsim.workload.generate import synthesize
 from latsim.workload.io import read_trace
 
 
-def _load(qps: float | None, concurrency: int | None, burst: bool, timeout_s: float) -> LoadSpec:
-    if sum(x is not None and x is not False for x in (qps, concurrency, burst or None)) != 1:
+class NoRequestSucceeded(ValueError):
+    """Every request of a measurement failed: the run was written but measured nothing."""
+
+
+def _load(qps: float | None, concurrency: int | None, burst: bool, timeout_s: float,
+          traced: bool = False) -> LoadSpec:
+    """The load mode; with a trace, open loop (its arrivals) unless --concurrency or --burst."""
+    if traced and qps is not None:
+        raise ValueError(f"--trace gives the arrival times, so --qps {qps} would be ignored; drop --qps "
+                         "(or give --concurrency or --burst to replay the trace's requests that way)")
+    given = sum(x is not None and x is not False for x in (qps, concurrency, burst or None))
+    if given > 1 or (given == 0 and not traced):
         raise ValueError("give exactly one of --qps, --concurrency or --burst")
     if burst:
         return LoadSpec("burst", request_timeout_s=timeout_s)
@@ -25,8 +35,13 @@ def _load(qps: float | None, concurrency: int | None, burst: bool, timeout_s: fl
 def run_measurement(*, out_dir: Path, endpoint, model_name, engine, model, load_format, qps, concurrency, burst,
                     trace, arrival, input_len, input_dist, output_len, output_dist, num_requests, seed,
                     timeout_s) -> str:
-    load = _load(qps, concurrency, burst, timeout_s)
+    if num_requests < 1:
+        raise ValueError(f"--num-requests must be >= 1, got {num_requests}")
+    if seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {seed}")
+    load = _load(qps, concurrency, burst, timeout_s, traced=trace is not None)
     if trace is not None:
+        _trace_alone(arrival, input_len, input_dist, output_len, output_dist)
         workload = read_trace(trace, max_requests=num_requests)
     else:
         default_input = "lognormal:median=600,sigma=0.8,min=16,max=4096"
@@ -45,7 +60,31 @@ def run_measurement(*, out_dir: Path, endpoint, model_name, engine, model, load_
     else:
         raise ValueError(f"--engine must be 'vllm' (in-process) or omitted (HTTP), got {engine!r}")
     counts = m.meta.get("status_counts", {})
+    if not counts.get("ok"):
+        where = endpoint if engine is None else "the vLLM engine"
+        raise NoRequestSucceeded(f"no request to {where} succeeded (status {counts}); the failed run, "
+                                 f"with each request's error, is in {out_dir}")
     return f"wrote {out_dir}: {len(m)} requests, status {counts}"
+
+
+def _trace_alone(arrival: str, input_len, input_dist, output_len, output_dist) -> None:
+    """Refuse synthetic-workload options next to --trace (they would be silently ignored)."""
+    given = [flag for flag, value in (("--arrival", None if arrival == "poisson" else arrival),
+                                      ("--input-len", input_len), ("--input-dist", input_dist),
+                                      ("--output-len", output_len), ("--output-dist", output_dist))
+             if value is not None]
+    if given:
+        raise ValueError(f"--trace gives the lengths and arrivals, so {', '.join(given)} would be ignored")
+
+
+def _vllm_importable() -> None:
+    from latsim.measure.vllm_driver import MISSING_VLLM, _import_vllm
+
+    try:
+        _import_vllm()
+    except ImportError as exc:
+        raise ValueError(f"--engine vllm: {MISSING_VLLM}; or measure a running server with --endpoint "
+                         f"({exc.__cause__ or exc})") from None
 
 
 def _run_vllm(model: str | None, load_format: str, workload, load: LoadSpec, out_dir: Path):
@@ -53,6 +92,7 @@ def _run_vllm(model: str | None, load_format: str, workload, load: LoadSpec, out
 
     if not model:
         raise ValueError("--engine vllm needs --model (a config directory or a catalog name)")
+    _vllm_importable()
     path = Path(model)
     with tempfile.TemporaryDirectory() as tmp:
         if not (path / "config.json").is_file():

@@ -41,6 +41,10 @@ MISSING_VLLM = ("vllm is not importable; install latsim[vllm] (vLLM >= 0.25) or 
 ParamsFactory = Callable[[int], Any]
 
 
+class EngineStartError(RuntimeError):
+    """vLLM is importable but could not start an engine here (no GPU, bad settings, ...)."""
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """Engine arguments; ``None`` leaves a knob to vLLM's own default (defaults are part of
@@ -341,7 +345,13 @@ def run_vllm(settings: EngineSettings, levels: Sequence[Level],
     """Build one engine from ``settings``, run every level on it, shut it down; needs a GPU."""
 
     async def main() -> list[Measurement]:
-        engine = build_engine(settings)
+        try:
+            engine = build_engine(settings)
+        except ImportError:
+            raise
+        except Exception as exc:
+            raise EngineStartError("vLLM could not start an engine here: "
+                                   f"{type(exc).__name__}: {exc}") from exc
         try:
             return await run_levels(engine, levels, out_root, options,
                                     {"engine_args": settings.engine_kwargs(), **(meta or {})})

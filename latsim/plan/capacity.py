@@ -55,11 +55,20 @@ def estimate_capacity(deployment: Deployment, trace: RequestTrace, seed: int = 0
     return _CACHE[key]
 
 
-def saturation(offered_rps: float | None, capacity_rps: float) -> float | None:
-    """Offered load over capacity; ``None`` without an offered rate (a burst)."""
-    if offered_rps is None or not capacity_rps > 0:
+def saturation(offered_rps: float | None, capacity_rps: float | None) -> float | None:
+    """Offered load over capacity; ``None`` without an offered rate (a burst) or a capacity."""
+    if offered_rps is None or capacity_rps is None or not capacity_rps > 0:
         return None
     return float(offered_rps) / float(capacity_rps)
+
+
+def capacity_or_none(deployment: Deployment, trace: RequestTrace, seed: int = 0) -> float | None:
+    """:func:`estimate_capacity`, or ``None`` where it is undefined (no request completes in the
+    burst replay: every one rejected, or none finished within the simulated horizon)."""
+    try:
+        return estimate_capacity(deployment, trace, seed)
+    except ValueError:
+        return None
 
 
 def burst_size(deployment: Deployment, trace_len: int) -> int:

@@ -20,6 +20,7 @@ from latsim.deployment import Deployment, resolve_engine
 from latsim.metrics.summary import SLO
 from latsim.plan.replicate import DEFAULT_REPLICATIONS, ReplicatedPrediction, replay, replicate, synthetic_traces
 from latsim.registry import engine_spec
+from latsim.report.inputs import describe_inputs
 from latsim.scenario import DEFAULT_NUM_REQUESTS, build_deployment, build_trace
 
 MAX_AUTO_REQUESTS = 6000
@@ -29,12 +30,16 @@ MAX_AUTO_REQUESTS = 6000
 @dataclass(frozen=True)
 class Prediction:
     """The deployment, the replicated summary, every request of every replication (with a
-    ``replication`` column), and the memory plan of one replica."""
+    ``replication`` column), the memory plan of one replica, what produced them (``inputs``:
+    :func:`latsim.report.inputs.describe_inputs`), and whether a replayed trace had to be sorted
+    by arrival (its records' ``request_id`` is then each request's position in the file)."""
 
     deployment: Deployment
     summary: dict[str, Any]
     records: pd.DataFrame
     memory: dict[str, Any]
+    inputs: dict[str, Any]
+    trace_sorted: bool = False
 
 
 def predict_settings(settings: Settings, *, slo: SLO | None = None,
@@ -47,14 +52,18 @@ def predict_settings(settings: Settings, *, slo: SLO | None = None,
         raise ValueError(f"--replications must be an integer >= 1, got {replications!r}")
     deployment = build_deployment(settings)
     seed = settings.seed or 0
-    if settings.trace:
-        result = replay(deployment, build_trace(settings), seed=seed, slo=slo)
-    else:
-        build_trace(settings)  # validates the workload settings with their messages
-        result = _replicated(deployment, settings, slo, replications, seed)
     engine = resolve_engine(deployment)
     memory = engine_spec(engine.engine).plan_memory(deployment, engine)
-    return Prediction(deployment, result.summary, _records(result), memory.as_dict())
+    trace = build_trace(settings)  # a synthetic one validates the workload settings with their messages
+    if settings.trace:
+        result = replay(deployment, trace, seed=seed, slo=slo)
+    else:
+        result = _replicated(deployment, settings, slo, replications, seed)
+    records = _records(result)
+    sorted_trace = bool(settings.trace) and trace.source_index is not None
+    inputs = describe_inputs(settings, deployment, len(result.records[0]), sorted_trace, memory.max_model_len)
+    inputs["replications"] = result.summary["replications"]
+    return Prediction(deployment, result.summary, records, memory.as_dict(), inputs, sorted_trace)
 
 
 def _replicated(deployment: Deployment, s: Settings, slo: SLO | None, replications: int,

@@ -49,7 +49,7 @@ from latsim.metrics.per_request import add_latencies
 from latsim.metrics.stability import StabilityVerdict, pooled_verdict, stability_verdict, steady_start_s
 from latsim.metrics.stats import DESCRIBE_PERCENTILES
 from latsim.metrics.summary import SLO
-from latsim.plan.capacity import estimate_capacity, saturation
+from latsim.plan.capacity import capacity_or_none, saturation
 from latsim.workload.generate import synthesize
 from latsim.workload.trace import RequestTrace
 
@@ -71,7 +71,7 @@ class ReplicatedPrediction:
 
     summary: dict[str, Any]
     stability: StabilityVerdict
-    capacity_rps: float
+    capacity_rps: float | None
     saturation: float | None
     p_meet: float | None
     records: tuple[pd.DataFrame, ...]
@@ -101,7 +101,7 @@ def replicate(deployment: Deployment, make_trace: Callable[[int], RequestTrace],
         results.append(simulate(deployment, make_trace(i), seed=_run_seed(seed, i), slo=slo))
         if not len(results[-1].records):
             raise ValueError(f"replication {i} has no requests")
-    capacity = estimate_capacity(deployment, make_trace(0), seed)
+    capacity = capacity_or_none(deployment, make_trace(0), seed)
     verdicts = [stability_verdict(r.records, r.summary["offered_rps"]) for r in results]
     steady = [_steady(r.records) for r in results]
     blocks = {key: percentile_block([(_ms(s, col), None) for s in steady], "replications")
@@ -124,7 +124,7 @@ def replay(deployment: Deployment, trace: RequestTrace, seed: int = 0, slo: SLO 
     from latsim import simulate
 
     result = simulate(deployment, trace, seed=seed, slo=slo)
-    capacity = estimate_capacity(deployment, trace, seed)
+    capacity = capacity_or_none(deployment, trace, seed)
     steady = _steady(result.records).sort_values("arrival_s", kind="stable")
     blocks: dict[str, dict] = {}
     sections: dict[str, list[Sample]] = {}
@@ -139,7 +139,7 @@ def replay(deployment: Deployment, trace: RequestTrace, seed: int = 0, slo: SLO 
                    sections=sections)
 
 
-def _finish(summary: dict, blocks: dict, verdict: StabilityVerdict, capacity: float, steady: list | None,
+def _finish(summary: dict, blocks: dict, verdict: StabilityVerdict, capacity: float | None, steady: list | None,
             slo: SLO | None, slo_percentile: str, records: tuple, sections: dict | None = None
             ) -> ReplicatedPrediction:
     sat = saturation(summary.get("offered_rps"), capacity)

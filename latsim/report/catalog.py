@@ -23,7 +23,8 @@ def models_table() -> Table:
 
 
 def devices_table() -> Table:
-    table = Table(title="GPUs", title_justify="left")
+    table = Table(title="GPUs (cost model: what predict uses; calibrated where a measured profile ships, "
+                        "else roofline)", title_justify="left")
     columns = ("name", "GPU", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s", "$/h", "cost model")
     for col in columns:
         table.add_column(col, justify="left" if col in ("name", "GPU", "cost model") else "right")
@@ -31,5 +32,5 @@ def devices_table() -> Table:
         fp8 = d.peak_flops.get("fp8")
         table.add_row(d.name, d.display_name, f"{d.memory_gib:.1f}", f"{d.hbm_bandwidth / 1e12:.2f}",
                       f"{d.peak_flops['bf16'] / 1e12:.0f}", f"{fp8 / 1e12:.0f}" if fp8 else "-",
-                      f"{d.interconnect_bw / 1e9:.0f}", f"{d.price_per_hour:.2f}", calibration_status(d.name))
+                      f"{d.interconnect_bw / 1e9:.0f}", f"{d.price_per_hour:.2f}", calibration_status(d))
     return table

@@ -21,6 +21,7 @@ from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.metrics.summary import SLO, summarize
 from latsim.registry import engine_spec
 from latsim.sim.engine_spec import EngineSpec, KvPlan
+from latsim.sim.footprint import check_fits_in_memory
 from latsim.sim.protocols import FastForward, Scheduler
 from latsim.sim.recorder import Recorder
 from latsim.sim.replica import Replica
@@ -77,6 +78,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
     """
     if not len(trace):
         raise ValueError("the workload has no requests")
+    check_fits_in_memory(len(trace))
     engine = resolve_engine(deployment)
     spec = engine_spec(engine.engine)
     memory = spec.plan_memory(deployment, engine)
@@ -150,6 +152,7 @@ def _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, 
     for replica in replicas:
         replica.launch.release([r for r in requests if r.replica == replica.index])
     records = records_frame(requests, cost_model.frontend_s)
+    records["request_id"] = trace.request_ids  # the request's position in the trace's source
     itl_values, itl_weights = recorder.itl_samples()
     rng = np.random.default_rng(seed)
     summary = summarize(records, itl_values, itl_weights, slo=slo, rng=rng)

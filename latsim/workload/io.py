@@ -11,7 +11,8 @@ Formats, chosen by extension (each also as ``.gz``):
   ``TIMESTAMP, ContextTokens, GeneratedTokens`` (see :mod:`latsim.workload.azure`).  Extra
   columns are ignored.
 
-Reading sorts requests by arrival time (stable, so ties keep file order); every problem is a
+Reading sorts requests by arrival time (stable, so ties keep file order; the trace's
+``source_index`` keeps each request's position in the file); every problem is a
 :class:`TraceFormatError` naming the file and the 1-based line.  Writing is atomic: a
 temporary file in the target's directory is filled, synced and renamed over the target.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -67,12 +69,30 @@ def read_trace(path: str | Path, *, time_scale: float = 1.0, max_requests: int |
     """
     _check_replay_args(time_scale, max_requests)
     name = str(path)
-    if trace_format(path) == "jsonl":
-        with open_text(path) as f:
-            trace = _to_trace(read_jsonl_table(f, name))
-    else:
-        trace = _read_csv(name)
+    try:
+        if trace_format(path) == "jsonl":
+            with open_text(path) as f:
+                trace = _to_trace(read_jsonl_table(f, name))
+        else:
+            trace = _read_csv(name)
+    except UnicodeDecodeError:
+        raise _not_text(name) from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceFormatError(name, None, f"damaged gzip file ({exc or type(exc).__name__})") from None
     return _replay(trace, time_scale, max_requests)
+
+
+def _not_text(path: str) -> TraceFormatError:
+    """The error for a trace that is not UTF-8 text, at the first line that does not decode."""
+    opener = gzip.open if path.lower().endswith(".gz") else open
+    with opener(path, "rb") as raw:
+        for line, data in enumerate(raw, start=1):
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return TraceFormatError(path, line, f"not UTF-8 text: byte 0x{data[exc.start]:02x} at column "
+                                                    f"{exc.start + 1}; a trace is JSON lines or CSV text")
+    return TraceFormatError(path, None, "not UTF-8 text; a trace is JSON lines or CSV text")
 
 
 def write_trace(trace: RequestTrace, path: str | Path) -> None:
@@ -128,6 +148,7 @@ def _replay(trace: RequestTrace, time_scale: float, max_requests: int | None) ->
         output_tokens=trace.output_tokens[keep],
         prefix_group=cut(trace.prefix_group),
         prefix_tokens=cut(trace.prefix_tokens),
+        source_index=cut(trace.source_index),
     )
 
 

@@ -15,11 +15,31 @@ from latsim.measure.hostprobe import COLUMNS, SLOW_RATIO, HostProbe, baseline_s,
 LINUX = Path("/proc/stat").is_file()
 
 
+HOG = """import sys, time
+print("ready", flush=True)
+sys.stdin.readline()
+start = time.process_time()
+while time.process_time() - start < 0.6:
+    pass
+print("done", flush=True)
+sys.stdin.readline()
+"""
+"""A child that burns 0.6 s of CPU time (however long that takes on a busy machine) between two
+lines on stdin, and stays alive after it until told to exit."""
+
+
 def test_probe_records_a_series_and_follows_the_watched_tree() -> None:
     base = baseline_s(repeats=5)
     with HostProbe(base, interval_s=0.02) as probe:
-        hog = subprocess.Popen([sys.executable, "-c",
-                                "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"])
+        hog = subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert hog.stdin is not None and hog.stdout is not None
+        assert hog.stdout.readline() == "ready\n"
+        probe.wait_rows(len(probe.rows_so_far()) + 2)  # a reading has seen the idle hog
+        hog.stdin.write("go\n")
+        hog.stdin.flush()
+        assert hog.stdout.readline() == "done\n"
+        probe.wait_rows(len(probe.rows_so_far()) + 2)  # a reading after the burn, while it lives
+        hog.stdin.close()
         hog.wait()
     result = probe.result()
     rows = np.array([[np.nan if v is None else v for v in r] for r in result["rows"]])
@@ -28,10 +48,19 @@ def test_probe_records_a_series_and_follows_the_watched_tree() -> None:
     assert result["summary"]["samples"] == len(rows) and result["baseline_s"] == base
     if LINUX:
         assert np.nanmin(rows[:, 6]) >= 0.0 and np.nanmax(rows[:, 6]) <= 1.0
-        # the busy child was a descendant of this process: its CPU time is counted, it was the
-        # busiest thread (nearly a whole CPU) and the probe moved onto its CPU
-        assert np.nansum(rows[:, 8]) > 0.3
-        assert np.nanmax(rows[:, 5]) > 0.5 and np.isfinite(rows[:, 3]).any()
+        # the busy child was a descendant of this process, seen before and after its burn: all
+        # of its CPU time is counted, it was the busiest thread (its tid is its pid) while it
+        # ran, and the probe moved onto the CPU it last ran on in a next sample
+        assert np.nansum(rows[:, 8]) >= 0.6
+        hot = np.flatnonzero((rows[:-1, 4] == hog.pid) & (rows[:-1, 5] > 0))
+        assert len(hot) and np.isfinite(rows[hot + 1, 3]).any()
+
+
+def test_the_series_covers_the_block_however_short() -> None:
+    with HostProbe(None, interval_s=0.05) as probe:
+        pass  # the sampler has started (its first row is written) before the block
+    rows = probe.result()["rows"]
+    assert len(rows) >= 2 and probe.result()["summary"]["samples"] == len(rows)
 
 
 def test_summary_counts_slow_samples_against_the_baseline() -> None:
@@ -54,9 +83,8 @@ def test_missing_proc_columns_and_torn_lines() -> None:
 
 
 def test_probe_stops_promptly() -> None:
-    t0 = time.perf_counter()
     with HostProbe(None, interval_s=0.5):
-        pass
+        t0 = time.perf_counter()  # leaving takes one last sample, within an interval
     assert time.perf_counter() - t0 < 5
 
 

@@ -64,13 +64,22 @@ engines = st.fixed_dictionaries({
 })
 
 
+def vllm_accepts(engine: dict) -> dict:
+    """``engine`` made one vLLM 0.25.1 starts with: without chunked prefill the budget covers
+    max_model_len, and max_num_seqs does not exceed the budget."""
+    budget = engine["max_num_batched_tokens"]
+    if not engine["enable_chunked_prefill"]:
+        budget = max(budget, small_deployment(engine["num_gpu_blocks"]).engine.max_model_len or 0)
+    return {**engine, "max_num_batched_tokens": budget, "max_num_seqs": min(engine["max_num_seqs"], budget)}
+
+
 @settings(max_examples=120, deadline=None)
 @given(seed=st.integers(0, 2**31), qps=st.floats(1.0, 300.0), max_in=st.integers(1, 700),
        max_out=st.integers(1, 300), groups=st.integers(0, 4), engine=engines, replicas=st.integers(1, 3),
        router=st.sampled_from(["round-robin", "least-outstanding"]))
 def test_fast_engine_equals_reference(seed, qps, max_in, max_out, groups, engine, replicas, router):
     trace = random_trace(seed, 70, qps, max_in, max_out, groups)
-    dep = replace(small_deployment(**engine), replicas=replicas, router=router)
+    dep = replace(small_deployment(**vllm_accepts(engine)), replicas=replicas, router=router)
     assert_identical(*fast_and_reference(dep, trace))
 
 

@@ -248,3 +248,12 @@ def test_mixed_offsets_are_converted_to_utc(tmp_path: Path) -> None:
     trace = read_trace(write(tmp_path, "mixed.csv", MIXED_ZONES))
     np.testing.assert_array_equal(trace.arrival_s, [0.0, 1.0])
     np.testing.assert_array_equal(trace.input_tokens, [2, 1])
+
+
+def test_an_unsorted_trace_keeps_each_requests_position_in_the_file(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,input_tokens,output_tokens\n2,20,1\n0,10,1\n1,30,1\n0,40,1\n")
+    trace = read_trace(path, max_requests=3)
+    assert trace.arrival_s.tolist() == [0, 0, 1] and trace.input_tokens.tolist() == [10, 40, 30]
+    assert trace.request_ids.tolist() == [1, 3, 2]
+    assert read_trace(path).request_ids.tolist() == [1, 3, 2, 0]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from latsim.deployment import EngineConfig
+from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.engines.vllm.defaults import cudagraph_limit, server_defaults
 from latsim.engines.vllm.fastsched import FastVllmScheduler
 from latsim.engines.vllm.host_terms import default_host_overhead
@@ -19,7 +19,7 @@ def limits_for(engine: EngineConfig, memory: KvPlan) -> SchedulerLimits:
     """
     assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None
     tokens = engine.max_num_batched_tokens
-    if not engine.enable_chunked_prefill:
+    if not engine.enable_chunked_prefill:  # a defaulted budget only: a given one is checked by plan_checked
         tokens = max(tokens, memory.max_model_len)
     return SchedulerLimits(
         max_num_seqs=engine.max_num_seqs,
@@ -32,6 +32,36 @@ def limits_for(engine: EngineConfig, memory: KvPlan) -> SchedulerLimits:
     )
 
 
+def plan_checked(deployment: Deployment, engine: EngineConfig | None = None) -> KvPlan:
+    """vLLM's memory plan, after the token-budget checks vLLM 0.25.1 makes at start-up.
+
+    As ``vllm serve`` does (``EngineArgs`` and ``SchedulerConfig.verify_max_model_len``): a
+    defaulted ``max_num_batched_tokens`` without chunked prefill is raised to
+    ``max_model_len`` (:func:`limits_for`), but a given one below ``max_model_len`` without
+    chunked prefill is an error, and so is a budget below a given ``max_num_seqs`` (a defaulted
+    one is lowered to the budget: :func:`~latsim.deployment.resolve_engine`).
+    """
+    memory = plan_memory(deployment, engine)
+    check_token_budget(deployment, memory.max_model_len)
+    return memory
+
+
+def check_token_budget(deployment: Deployment, max_model_len: int) -> None:
+    """ValueError for a token budget vLLM 0.25.1 refuses to start with (see :func:`plan_checked`)."""
+    given, engine = deployment.engine.max_num_batched_tokens, resolve_engine(deployment)
+    tokens, seqs = engine.max_num_batched_tokens, engine.max_num_seqs
+    assert tokens is not None and seqs is not None
+    if given is not None and not engine.enable_chunked_prefill and given < max_model_len:
+        raise ValueError(
+            f"max_num_batched_tokens {given} is below max_model_len {max_model_len} without chunked "
+            "prefill, which vLLM 0.25.1 refuses to start with; give --max-num-batched-tokens >= "
+            f"{max_model_len}, a smaller --max-model-len, or --chunked-prefill")
+    if deployment.engine.max_num_seqs is not None and tokens < seqs:
+        raise ValueError(
+            f"max_num_batched_tokens {tokens} is below max_num_seqs {seqs}, which vLLM 0.25.1 refuses to "
+            f"start with; give --max-num-batched-tokens >= {seqs} or --max-num-seqs <= {tokens}")
+
+
 def graph_tokens(engine: EngineConfig) -> int:
     """The CUDA-graph limit of a resolved ``engine``."""
     if engine.max_num_seqs is None or engine.max_num_batched_tokens is None:
@@ -42,7 +72,7 @@ def graph_tokens(engine: EngineConfig) -> int:
 SPEC = EngineSpec(
     name="vllm",
     server_defaults=server_defaults,
-    plan_memory=plan_memory,
+    plan_memory=plan_checked,
     make_scheduler=lambda engine, memory: VllmScheduler(limits_for(engine, memory), memory.num_blocks),
     make_fast=lambda engine, memory: FastVllmScheduler(limits_for(engine, memory), memory.num_blocks),
     graph_tokens=graph_tokens,

@@ -6,7 +6,7 @@ parallel group, and reports every term so users can compare with the engine's ow
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 import yaml
@@ -14,6 +14,7 @@ import yaml
 from latsim.catalog.models import DTYPE_BYTES, ModelSpec
 from latsim.catalog.sizing import weight_bytes
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
+from latsim.engines.vllm.advice import fit_advice
 from latsim.paths import engine_data
 
 GIB = 2**30
@@ -92,9 +93,25 @@ def _mlp_width(model: ModelSpec) -> int:
 
 
 def plan_memory(deployment: Deployment, engine: EngineConfig | None = None) -> MemoryPlan:
-    """Size the KV cache of one replica; raise :class:`DoesNotFitError` when nothing is left.
+    """Size the KV cache of one replica; raise :class:`DoesNotFitError` when nothing is left,
+    with the single changes that were planned again and fit (:mod:`latsim.engines.vllm.advice`).
 
     ``engine`` is the deployment's resolved engine (default: resolved here)."""
+    return _plan(deployment, advise=True, engine=engine)
+
+
+def _works(deployment: Deployment) -> bool:
+    """Whether ``deployment`` plans and passes vLLM's start-up checks (no advice is built)."""
+    from latsim.engines.vllm.engine import check_token_budget
+
+    try:
+        check_token_budget(deployment, _plan(deployment, advise=False).max_model_len)
+    except ValueError:
+        return False
+    return True
+
+
+def _plan(deployment: Deployment, advise: bool, engine: EngineConfig | None = None) -> MemoryPlan:
     engine = engine or resolve_engine(deployment)
     model, tp, c = deployment.model, deployment.tp, _coefficients()
     device_bytes = deployment.device.memory_bytes
@@ -111,13 +128,15 @@ def plan_memory(deployment: Deployment, engine: EngineConfig | None = None) -> M
     else:
         num_blocks = int(kv // (per_token * bs)) if kv > 0 else 0
     if num_blocks < 1:
-        raise DoesNotFitError(_does_not_fit_message(deployment, budget, weights + activations + non_torch + graphs))
-    max_len = _max_model_len(deployment, engine, num_blocks * bs, per_token)
+        message = _does_not_fit_message(deployment, budget, weights, activations, non_torch + graphs)
+        raise DoesNotFitError(message + (fit_advice(deployment, _works) if advise else ""))
+    max_len = _max_model_len(deployment, engine, num_blocks * bs, per_token, advise)
     return MemoryPlan(device_bytes, budget, weights, activations, non_torch, graphs, kv, per_token,
                       num_blocks, bs, max_len)
 
 
-def _max_model_len(deployment: Deployment, engine: EngineConfig, capacity: int, per_token: float) -> int:
+def _max_model_len(deployment: Deployment, engine: EngineConfig, capacity: int, per_token: float,
+                   advise: bool) -> int:
     model_max = deployment.model.max_position_embeddings
     wanted = engine.max_model_len or model_max
     if engine.max_model_len is not None and engine.max_model_len > model_max:
@@ -125,27 +144,27 @@ def _max_model_len(deployment: Deployment, engine: EngineConfig, capacity: int, 
             f"max_model_len={engine.max_model_len} exceeds the {model_max} positions of {deployment.model.name}"
         )
     if wanted > capacity:
+        shorter = replace(deployment, engine=replace(deployment.engine, max_model_len=capacity))
+        advice = fit_advice(deployment, _works) if advise else ""
         raise DoesNotFitError(
             f"{deployment.model.name} with max_model_len={wanted} needs {wanted * per_token / GIB:.2f} GiB of KV "
             f"cache per GPU for one full-length request, but only {capacity * per_token / GIB:.2f} GiB is left "
-            f"({capacity} tokens); set --max-model-len {capacity} or lower, raise --gpu-memory-utilization, "
-            f"or use a larger --tp"
+            f"({capacity} tokens)"
+            + (f"; it fits with --max-model-len {capacity}" + advice.replace("; it fits with", ", or with", 1)
+               if advise and _works(shorter) else advice)
         )
     return wanted
 
 
-def _does_not_fit_message(deployment: Deployment, budget: float, needed: float) -> str:
+def _does_not_fit_message(deployment: Deployment, budget: float, weights: float, activations: float,
+                          other: float) -> str:
     dev, model = deployment.device, deployment.model
-    per_gpu_weights = weight_bytes(model, deployment.weight_dtype)
-    suggestion = next(
-        (tp for tp in (2, 4, 8, 16) if tp > deployment.tp and model.num_heads % tp == 0
-         and per_gpu_weights / tp < 0.75 * budget and tp <= dev.max_gpus_per_node),
-        None,
-    )
-    hint = f"; try --tp {suggestion}" if suggestion else "; use a larger GPU, fp8/int4 weights, or more GPUs"
-    utilization = resolve_engine(deployment).gpu_memory_utilization
+    engine = resolve_engine(deployment)
     return (
         f"{model.name} ({deployment.weight_dtype}) does not fit on {dev.name} at tp={deployment.tp}: it needs "
-        f"{needed / GIB:.1f} GiB per GPU before any KV cache, but gpu_memory_utilization "
-        f"{utilization} x {dev.memory_gib:.1f} GiB leaves {budget / GIB:.1f} GiB{hint}"
+        f"{(weights + activations + other) / GIB:.1f} GiB per GPU before any KV cache (weights "
+        f"{weights / GIB:.1f}, profiling activations {activations / GIB:.1f} for max_num_batched_tokens "
+        f"{engine.max_num_batched_tokens} and max_num_seqs {engine.max_num_seqs}, other {other / GIB:.1f}), "
+        f"but gpu_memory_utilization {engine.gpu_memory_utilization} x {dev.memory_gib:.1f} GiB leaves "
+        f"{budget / GIB:.1f} GiB"
     )
