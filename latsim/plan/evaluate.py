@@ -1,22 +1,17 @@
 """One deployment under one workload, replicated: the summary the planner ranks on.
 
-:func:`evaluate` simulates ``replications`` independent runs (seeds ``seed``, ``seed + 1``, ...;
-each seed draws its own arrivals and lengths) and summarises them the way ``predict`` does, with
-intervals across the replications instead of a bootstrap over one run's requests.
+:func:`evaluate` runs the replications ``predict`` runs (:func:`latsim.plan.replicate.replicate`:
+independent replications, pooled steady-state percentiles with sectioning intervals across them,
+the pooled stability verdict of :mod:`latsim.metrics.stability`, saturation against the
+burst-replay capacity; one replication: batch means of one run, :func:`~latsim.plan.replicate.replay`)
+and adds what the planner needs:
 
-This is the planner's adapter over the replication machinery: it is to be switched to
-:func:`latsim.plan.replicate.replicate` (and its stability verdict from
-:mod:`latsim.metrics.stability`) once those land; until then it implements the same contract with
-plain :func:`latsim.simulate` calls.  Contract of the returned dict:
-
-- ``ttft_ms``, ``tpot_ms``, ``itl_ms``, ``e2e_ms``, ``queue_ms``: ``mean``/``p50``/``p90``/``p95``/
-  ``p99`` averaged over the replications, ``p50_ci95`` and ``p99_ci95`` the 95 % Student-t
-  interval of that percentile across the replications (``[None, None]`` with one replication),
-  ``p99_replications`` the per-replication P99s.
-- ``stable``: every replication finished every request and its latency shows no upward trend
-  over the run (:func:`latency_trend_p`); ``saturation``: None until the capacity estimate lands.
-- ``p_meet``: the share of replications that are stable and meet every SLO target (None without SLO).
-- ``throughput_rps``, ``output_tokens_per_s``, ``input_tokens_per_s``: means over replications.
+- ``p_meet``: the confidence that every target of the :class:`~latsim.plan.slo.PlanSLO` holds in
+  the long run (per target, the sectioning t-distribution of the pooled statistic: centre the
+  estimate, scale its standard error from the 95 % interval, ``n - 1`` degrees of freedom; a
+  statistic without an interval, such as a mean, counts as met or missed outright), the smallest
+  over the targets; 0 when the deployment is unstable (its percentiles grow with the run).
+- ``p99_replications``: each replication's own P99 per metric (its section estimates).
 """
 
 from __future__ import annotations
@@ -25,123 +20,59 @@ import math
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
+from scipy import stats
 
 from latsim.config import Settings
 from latsim.deployment import Deployment
 from latsim.plan.slo import PlanSLO
 
 BLOCKS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
-STATS = ("mean", "p50", "p90", "p95", "p99")
 RATES = ("throughput_rps", "output_tokens_per_s", "input_tokens_per_s")
-TREND_P = 0.001
-"""A run is unstable when its latency trend (:func:`latency_trend_p`) is this significant ..."""
-MIN_GROWTH = 0.10
-"""... and the median wait of the last third exceeds the middle third's by more than this share
-(an overloaded queue's wait grows without bound; with near-constant lengths a rank test alone
-would call a few-percent drift significant)."""
 
 
 def evaluate(deployment: Deployment, workload_settings: Settings, slo: PlanSLO | None, replications: int,
              seed: int) -> dict[str, Any]:
-    """Simulate ``replications`` runs of ``deployment`` under the workload of ``workload_settings``
-    and summarise them (module docstring).  ValueError for ``replications < 1``."""
-    from latsim.scenario import build_trace
-    from latsim.sim.simulate import simulate
+    """Replicated summary of ``deployment`` under the workload of ``workload_settings`` (module
+    docstring).  ValueError for ``replications < 1``."""
+    from latsim.plan.replicate import replay, replicate, synthetic_traces
+    from latsim.scenario import DEFAULT_NUM_REQUESTS, build_trace
 
-    if replications < 1:
-        raise ValueError(f"--replications must be >= 1, got {replications}")
-    runs = []
-    for i in range(replications):
-        trace = build_trace(replace(workload_settings, seed=seed + i))
-        result = simulate(deployment, trace, seed=seed + i)
-        runs.append((result.summary, latency_trend_p(result.records)))
-    return _combine(runs, slo)
-
-
-def latency_trend_p(records: Any) -> float:
-    """One-sided p-value that requests arriving in the last third of the run wait longer than
-    those of the middle third, for time to first token or time in the system, whichever is more
-    significant (Mann-Whitney U test; Bonferroni over the two); 1.0 when the median wait grew by
-    at most :data:`MIN_GROWTH`.
-
-    Why this test: a queue that is offered more than it serves makes later requests wait longer,
-    in TTFT when prompts queue for prefill, in time in the system when the batch keeps growing;
-    the rank test needs no distribution and is not moved by a few long requests.  A run too short
-    to reach steady state also trends upward, and is rightly not reported as steady.  Unfinished
-    requests count as infinitely long."""
-    order = np.argsort(records["arrival_s"].to_numpy(dtype=np.float64), kind="stable")
-    arrival = records["arrival_s"].to_numpy(dtype=np.float64)[order]
-    unfinished = (records["status"] != "ok").to_numpy()[order]
-    p = 1.0
-    for column in ("first_token_s", "finish_s"):
-        wait = records[column].to_numpy(dtype=np.float64)[order] - arrival
-        wait[unfinished] = np.inf
-        p = min(p, 2.0 * _later_longer_p(wait))
-    return min(p, 1.0)
+    if isinstance(replications, bool) or not isinstance(replications, int) or replications < 1:
+        raise ValueError(f"--replications must be an integer >= 1, got {replications!r}")
+    ws = replace(workload_settings, seed=seed)
+    if ws.trace or replications == 1:
+        summary = dict(replay(deployment, build_trace(ws), seed=seed).summary)
+    else:
+        inputs = ws.input_len if ws.input_len is not None else ws.input_dist
+        outputs = ws.output_len if ws.output_len is not None else ws.output_dist
+        assert ws.qps is not None and inputs is not None and outputs is not None
+        make = synthetic_traces(ws.qps, ws.num_requests or DEFAULT_NUM_REQUESTS, ws.arrival or "poisson",
+                                inputs, outputs, seed)
+        summary = dict(replicate(deployment, make, replications, seed).summary)
+    summary["p_meet"] = p_meet(summary, slo) if slo is not None else None
+    return summary
 
 
-def _later_longer_p(wait: np.ndarray) -> float:
-    from scipy.stats import mannwhitneyu
-
-    third = len(wait) // 3
-    if third < 5:
-        return 1.0
-    middle, last = wait[third:2 * third], wait[2 * third:]
-    if np.median(last) <= (1.0 + MIN_GROWTH) * np.median(middle):
-        return 1.0
-    return float(mannwhitneyu(last, middle, alternative="greater").pvalue)
+def p_meet(summary: dict[str, Any], slo: PlanSLO) -> float:
+    """The confidence that every target of ``slo`` holds in the long run (module docstring)."""
+    if not summary.get("stable", True):
+        return 0.0
+    return min(_confidence(summary.get(t.block) or {}, t.stat, t.limit_ms) for t in slo.targets)
 
 
-def _combine(runs: list[tuple[dict[str, Any], float]], slo: PlanSLO | None) -> dict[str, Any]:
-    summaries = [s for s, _ in runs]
-    out: dict[str, Any] = {"replications": len(runs)}
-    for block in BLOCKS:
-        out[block] = _block([s[block] for s in summaries])
-    for rate in RATES:
-        out[rate] = _mean([s.get(rate) for s in summaries])
-    stable = [not s["num_unfinished"] and p >= TREND_P for s, p in runs]
-    out["stable"] = all(stable)
-    out["saturation"] = None  # offered / estimated capacity: from latsim.plan.capacity once it lands
-    out["num_unfinished"] = sum(s["num_unfinished"] for s in summaries)
-    out["num_rejected"] = sum(s["num_rejected"] for s in summaries)
-    out["offered_rps"] = _mean([s.get("offered_rps") for s in summaries])
-    out["cost_model"] = summaries[0].get("cost_model")
-    out["p_meet"] = (sum(ok and slo.met(s) for s, ok in zip(summaries, stable, strict=True)) / len(runs)
-                     if slo is not None else None)
-    return out
-
-
-def _block(blocks: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for stat in STATS:
-        out[stat] = _mean([b.get(stat) for b in blocks])
-    for stat in ("p50", "p99"):
-        out[f"{stat}_ci95"] = t_interval([b.get(stat) for b in blocks])
-    out["p99_replications"] = [b.get("p99") for b in blocks]
-    return out
-
-
-def _finite(values: list[Any]) -> list[float]:
-    return [float(v) for v in values if v is not None and math.isfinite(v)]
-
-
-def _mean(values: list[Any]) -> float | None:
-    finite = _finite(values)
-    return float(np.mean(finite)) if finite and len(finite) == len(values) else None
-
-
-def t_interval(values: list[Any], level: float = 0.95) -> list[float | None]:
-    """Student-t interval of the mean of ``values`` (independent replications, latencies: the
-    lower end is clipped at 0); ``[None, None]`` with fewer than two finite values."""
-    from scipy.stats import t
-
-    finite = _finite(values)
-    if len(finite) < 2 or len(finite) != len(values):
-        return [None, None]
-    mean, sd = float(np.mean(finite)), float(np.std(finite, ddof=1))
-    half = float(t.ppf(0.5 + level / 2.0, len(finite) - 1)) * sd / math.sqrt(len(finite))
-    return [max(mean - half, 0.0), mean + half]  # latencies are never negative
+def _confidence(block: dict[str, Any], stat: str, limit: float) -> float:
+    point = block.get(stat)
+    if point is None or not math.isfinite(point):
+        return 0.0
+    interval = (block.get("ci95") or {}).get(stat)
+    n = block.get("ci_n") or 0
+    if not interval or None in interval or n < 2:
+        return 1.0 if point <= limit else 0.0
+    half = (interval[1] - interval[0]) / 2.0
+    se = half / float(stats.t.ppf(0.975, n - 1))
+    if not se > 0:
+        return 1.0 if point <= limit else 0.0
+    return float(stats.t.cdf((limit - point) / se, n - 1))
 
 
 def screened(deployment: Deployment, workload_settings: Settings, slo: PlanSLO, replications: int, seed: int,
@@ -152,6 +83,6 @@ def screened(deployment: Deployment, workload_settings: Settings, slo: PlanSLO, 
     all ``replications`` are run.  Saves most of the time a search spends on failing candidates."""
     if replications > 1 and min_p_meet * replications > replications - 1:
         first = evaluate(deployment, workload_settings, slo, 1, seed)
-        if not (first["stable"] and first["p_meet"]):
+        if not (first["stable"] and first["p_meet"] and first["p_meet"] >= 0.5):
             return first
     return evaluate(deployment, workload_settings, slo, replications, seed)
