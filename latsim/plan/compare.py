@@ -84,7 +84,27 @@ def compare(base: Settings, configs: tuple[tuple[str, dict[str, Any]], ...], rat
             "usd_per_million_output_tokens": (price.usd_per_gpu_hour * gpus / (rate * workload.mean_output * 3600.0)
                                               * 1e6) if rate else None,
             "cost_at": "max_rps_at_slo" if slo else "knee_rps",
+            **cost_source(deployment),
         }
+    return out
+
+
+def cost_source(deployment: Deployment) -> dict[str, Any]:
+    """Where the device's kernel costs come from (``measured here``, ``imported``, ``roofline``) and,
+    for a GPU priced without kernel measurements, the measured uncertainty of that pricing: the
+    leave-one-GPU-out error per op family of predicting a GPU's kernels from the others and its
+    specs (:func:`latsim.costmodel.profile.transfer.transfer_uncertainty`)."""
+    from latsim.costmodel.factory import calibration_status
+    from latsim.costmodel.profile.transfer import transfer_uncertainty
+
+    status = calibration_status(deployment.device)
+    out: dict[str, Any] = {"cost_source": status}
+    if status.startswith("roofline"):
+        out["kernel_uncertainty_pct"] = transfer_uncertainty()
+        out["kernel_uncertainty_note"] = (
+            "no kernel measurements for this GPU: per op family, the median and worst error of predicting a "
+            "GPU's kernel times from the other GPUs' measurements and its datasheet (leave one GPU out); its "
+            "datasheet roofline alone was off by 47-92 % in that study (docs/imported-profiles.md)")
     return out
 
 

@@ -103,3 +103,16 @@ def test_configurations_side_by_side(cli) -> None:
     one, two = devices.values()
     assert (one["tp"], one["weight_dtype"], two["tp"], two["weight_dtype"]) == (1, "bf16", 2, "fp8")
     assert two["device"] == "h100" and two["usd_per_hour"] == pytest.approx(2 * one["usd_per_hour"])
+
+
+def test_cost_source_carries_the_transfer_uncertainty_only_without_measurements() -> None:
+    from latsim import Deployment, load_device, load_model
+    from latsim.plan.compare import cost_source
+
+    model = load_model("llama-3.1-8b")
+    measured = cost_source(Deployment(model=model, device=load_device("h200")))
+    assert measured["cost_source"].startswith("measured here") and "kernel_uncertainty_pct" not in measured
+    roofline = cost_source(Deployment(model=model, device=load_device("mi300x")))
+    assert roofline["cost_source"] == "roofline"
+    assert {"gemm", "attn_decode"} <= set(roofline["kernel_uncertainty_pct"])
+    assert all(v["worst_ape_pct"] >= v["median_ape_pct"] > 0 for v in roofline["kernel_uncertainty_pct"].values())
