@@ -9,6 +9,7 @@ from latsim.plan.evaluate import evaluate, p_meet, screened
 from latsim.plan.slo import parse_slo
 from latsim.scenario import build_deployment
 
+
 def test_p_meet_is_the_weakest_targets_confidence_from_the_interval() -> None:
     block = {"p99": 100.0, "ci95": {"p99": [90.0, 110.0]}, "ci_n": 5, "mean": 50.0}
     summary = {"stable": True, "ttft_ms": block, "tpot_ms": {"p99": 10.0, "ci95": {"p99": [9.0, 11.0]}, "ci_n": 5}}
