@@ -3,9 +3,9 @@
 A configuration is one row of the grid (:data:`GRID_COLUMNS`): a deployment (model, device,
 TP, replicas, dtypes, engine limits) and a workload summary (rate, lognormal input/output
 length median and spread, prefix share).  :func:`features` turns a DataFrame of them into
-numbers a regressor can carry to a model or GPU it never saw: roofline step times from
-:mod:`latsim.costmodel` (kind ``roofline`` for every GPU, so a calibrated and an uncalibrated
-GPU are described alike), KV bytes per token, the KV capacity of the memory plan, an estimated
+numbers a regressor can carry to a model or GPU it never saw: step times from the
+deployment's cost model in :mod:`latsim.costmodel` (the one the simulator uses: calibrated
+where a GPU profile ships, roofline elsewhere), KV bytes per token, the KV capacity of the memory plan, an estimated
 capacity in requests per second, and the offered load over that capacity.
 
 Everything that does not depend on the rate is computed once per distinct deployment and
@@ -31,13 +31,15 @@ INPUT_CLIP = (16, 3072)
 OUTPUT_CLIP = (8, 1024)
 """Synthetic length distributions are lognormal clipped to these bounds (prompt + output fits 4096)."""
 
+BATCH_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+"""Decode batches the cost model is priced at (a batch above the cap is priced at the cap)."""
 _QUANTILES = norm.ppf((np.arange(64) + 0.5) / 64)
 
 STATIC_FEATURES = ("log_decode_step_ms", "log_decode_full_ms", "log_prefill_ms", "log_kv_bytes_token",
                    "log_kv_capacity_tokens", "log_batch", "kv_limited", "log_capacity_rps", "mean_in",
                    "mean_out", "in_sigma", "out_sigma", "prefix_share", "replicas", "tp", "log_params_active",
                    "log_bw_per_gpu", "log_flops_per_gpu", "log_max_num_batched_tokens")
-LOAD_FEATURES = ("load", "load_per_batch")
+LOAD_FEATURES = ("load", "load_per_batch", "prefill_utilization", "batch_share_at_load", "log_step_at_load_ms")
 FEATURES = STATIC_FEATURES + LOAD_FEATURES
 """Feature names in the order of :func:`features`'s columns; every LOAD_FEATURES entry grows with the rate."""
 
@@ -61,13 +63,52 @@ def features(frame: pd.DataFrame) -> pd.DataFrame:
     """
     check_columns(frame)
     rows = [_static(*key) for key in _keys(frame)]
-    static = pd.DataFrame(rows, columns=[*STATIC_FEATURES, "capacity_rps", "batch"], index=frame.index)
+    hidden = ["capacity_rps", "batch", *(f"_step_{g}" for g in BATCH_GRID)]
+    static = pd.DataFrame(rows, columns=[*STATIC_FEATURES, *hidden], index=frame.index)
     qps = frame["qps"].to_numpy(dtype=float)
     load = qps / static["capacity_rps"].to_numpy()
     out = static[list(STATIC_FEATURES)].copy()
+    steps = static[[f"_step_{g}" for g in BATCH_GRID]]
     out["load"] = load
     out["load_per_batch"] = qps / frame["replicas"].to_numpy(dtype=float) / static["batch"].to_numpy()
+    util, share, step = step_at_load(pd.concat([out, steps], axis=1), qps)
+    out["prefill_utilization"] = util
+    out["batch_share_at_load"] = share
+    out["log_step_at_load_ms"] = np.log(step)
     return out
+
+
+def step_at_load(static: pd.DataFrame, qps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(prefill utilization, decode batch / its cap, decode step in ms)`` of one replica at ``qps``.
+
+    A mean-value model: a replica serves ``r = min(qps, capacity) / replicas`` (past capacity
+    the queue grows, the running batch does not); prefill takes a share
+    ``u = min(r * prefill, 0.95)`` of its time; a decode step of ``n`` sequences costs
+    ``step(n)`` (the cost model at the batches of :data:`BATCH_GRID`, linearly between: concave
+    for MoE models) stretched by ``1 / (1 - u)``; Little's law ``n = r * mean_out * step(n) /
+    (1 - u)`` is solved by fixed-point iteration from ``n = 0`` (its least root), capped at the
+    batch cap ``B``.  Every output is non-decreasing in ``qps``.
+    """
+    steps = static[[f"_step_{g}" for g in BATCH_GRID]].to_numpy() / 1e3
+    cap = np.exp(static["log_batch"].to_numpy())
+    r = np.minimum(qps, np.exp(static["log_capacity_rps"].to_numpy())) / static["replicas"].to_numpy()
+    util = np.minimum(r * np.exp(static["log_prefill_ms"].to_numpy()) / 1e3, 0.95)
+    demand = r * static["mean_out"].to_numpy() / (1.0 - util)
+    n = np.zeros(len(static))
+    for _ in range(40):
+        n = np.minimum(cap, demand * _interp(steps, np.maximum(n, 1.0)))
+    step = _interp(steps, np.maximum(n, 1.0)) / (1.0 - util)
+    return util, n / cap, step * 1e3
+
+
+def _interp(steps: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Row-wise linear interpolation of ``steps`` (one column per :data:`BATCH_GRID` batch) at ``n``."""
+    grid = np.asarray(BATCH_GRID, dtype=float)
+    hi = np.clip(np.searchsorted(grid, n), 1, len(grid) - 1)
+    lo = hi - 1
+    rows = np.arange(len(n))
+    w = np.clip((n - grid[lo]) / (grid[hi] - grid[lo]), 0.0, 1.0)
+    return steps[rows, lo] * (1 - w) + steps[rows, hi] * w
 
 
 def _keys(frame: pd.DataFrame) -> list[tuple]:
@@ -88,15 +129,13 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
             out_median: float, out_sigma: float, prefix_share: float) -> tuple[float, ...]:
     """The rate-independent features plus capacity (req/s) and the decode batch."""
     from latsim.costmodel.batch import BatchShape
-    from latsim.costmodel.factory import gpu_cost_model
     from latsim.sim.simulate import default_cost_model
 
     d, engine, kv_tokens = _deployment(model, device, int(tp), int(replicas), weight_dtype, kv_dtype,
                                        max_num_seqs, max_num_batched_tokens)
     mean_in = length_mean(in_median, in_sigma, INPUT_CLIP)
     mean_out = length_mean(out_median, out_sigma, OUTPUT_CLIP)
-    cost = default_cost_model(d, engine, gpu=gpu_cost_model(d.model, d.device, d.tp, d.weight_dtype,
-                                                            d.kv_dtype, "roofline"))
+    cost = default_cost_model(d, engine)
     ctx = mean_in + mean_out / 2
     assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None
     batch = float(max(1.0, min(engine.max_num_seqs, kv_tokens / ctx)))
@@ -115,7 +154,9 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
            np.log(capacity), mean_in, mean_out, in_sigma, out_sigma, prefix_share, float(replicas), float(tp),
            np.log(_active_params(d.model)), np.log(d.device.hbm_bandwidth), np.log(flops),
            np.log(engine.max_num_batched_tokens))
-    return (*(float(x) for x in row), capacity, batch)
+    grid = [cost.step_time(BatchShape(decode_seqs=min(g, seqs), decode_kv_tokens=int(min(g, seqs) * ctx))) * 1e3
+            for g in BATCH_GRID]
+    return (*(float(x) for x in row), capacity, batch, *grid)
 
 
 def _deployment(model: str, device: str, tp: int, replicas: int, weight_dtype: str, kv_dtype: str,
