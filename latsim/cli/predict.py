@@ -20,6 +20,8 @@ def predict(
     config: Annotated[Path | None, Opt(help="Deployment YAML file with the same settings")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print exactly one JSON object")] = False,
     out_dir: Annotated[Path | None, Opt("--out", help="Write requests.parquet and summary.json here")] = None,
+    surrogate: Annotated[bool, Opt("--surrogate", help="Answer from the fitted surrogate (about a millisecond); "
+                                   "outside its training domain the simulator answers")] = False,
 ) -> None:
     """Simulate a deployment under a workload and report latency percentiles."""
     from latsim.metrics.summary import SLO
@@ -32,8 +34,17 @@ def predict(
     deployment = build_deployment(settings)
     workload = build_trace(settings)
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
+    fallback: dict | None = None
+    if surrogate:
+        from latsim.cli.surrogate_answer import surrogate_or_reasons
+
+        fallback = surrogate_or_reasons(settings, workload, as_json)
+        if fallback is None:
+            return
     result = simulate(deployment, workload, seed=settings.seed or 0, slo=slo)
     _check_outcome(result.summary, len(workload))
+    if fallback is not None:
+        result.summary["surrogate"] = fallback
     if out_dir:
         write_outputs(result, out_dir)
     if as_json:

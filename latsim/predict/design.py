@@ -77,7 +77,7 @@ def _point(u: dict[str, float], models: list[str], devices: list[str]) -> dict |
         row[name] = float(np.exp(np.log(lo) + t * np.log(hi / lo))) if name in LOG_UNIFORM else lo + t * (hi - lo)
     row["max_num_seqs"] = round(float(row["max_num_seqs"]))  # type: ignore[arg-type]
     row["max_num_batched_tokens"] = round(float(row["max_num_batched_tokens"]))  # type: ignore[arg-type]
-    start = TPS.index(_pick(u["tp"], TPS))  # type: ignore[arg-type]
+    start = TPS.index(_pick(u["tp"], TPS))
     for tp in TPS[start:]:
         row.update(tp=tp, qps=1.0)
         try:

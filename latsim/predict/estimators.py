@@ -47,16 +47,17 @@ class MonotoneBoostedRegressor(RegressorMixin, BaseEstimator):
         self.random_state = random_state
 
     def fit(self, X: npt.ArrayLike, y: npt.ArrayLike) -> MonotoneBoostedRegressor:
-        X, y = validate_data(self, X, y, y_numeric=True)
-        data = xgb.DMatrix(np.asarray(X, dtype=np.float64), label=np.asarray(y, dtype=np.float64))
-        params = _params(self, X.shape[1], "reg:squarederror")
+        Xv, yv = validate_data(self, X, y, y_numeric=True)
+        Xa = np.asarray(Xv, dtype=np.float64)
+        data = xgb.DMatrix(Xa, label=np.asarray(yv, dtype=np.float64))
+        params = _params(self, Xa.shape[1], "reg:squarederror")
         self.booster_ = xgb.train(params, data, num_boost_round=self.n_estimators)
         return self
 
     def predict(self, X: npt.ArrayLike) -> np.ndarray:
         check_is_fitted(self, "booster_")
-        X = validate_data(self, X, reset=False)
-        return np.asarray(self.booster_.inplace_predict(np.asarray(X, dtype=np.float64)), dtype=np.float64)
+        Xa = np.asarray(validate_data(self, X, reset=False), dtype=np.float64)
+        return np.asarray(self.booster_.inplace_predict(Xa), dtype=np.float64)
 
 
 class BoostedStabilityClassifier(ClassifierMixin, BaseEstimator):
@@ -71,29 +72,30 @@ class BoostedStabilityClassifier(ClassifierMixin, BaseEstimator):
         self.monotone = monotone
         self.random_state = random_state
 
-    def __sklearn_tags__(self):  # type: ignore[no-untyped-def]
+    def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         assert tags.classifier_tags is not None
         tags.classifier_tags.multi_class = False
         return tags
 
     def fit(self, X: npt.ArrayLike, y: npt.ArrayLike) -> BoostedStabilityClassifier:
-        X, y = validate_data(self, X, y)
-        check_classification_targets(y)
-        self.classes_, encoded = np.unique(y, return_inverse=True)
+        Xv, yv = validate_data(self, X, y)
+        Xa = np.asarray(Xv, dtype=np.float64)
+        check_classification_targets(yv)
+        self.classes_, encoded = np.unique(yv, return_inverse=True)
         if len(self.classes_) > 2:
             raise ValueError(f"Only binary classification is supported; got {len(self.classes_)} classes")
-        data = xgb.DMatrix(np.asarray(X, dtype=np.float64), label=encoded.astype(np.float64))
-        params = _params(self, X.shape[1], "binary:logistic")
+        data = xgb.DMatrix(Xa, label=encoded.astype(np.float64))
+        params = _params(self, Xa.shape[1], "binary:logistic")
         self.booster_ = xgb.train(params, data, num_boost_round=self.n_estimators if len(self.classes_) == 2 else 1)
         return self
 
     def predict_proba(self, X: npt.ArrayLike) -> np.ndarray:
         check_is_fitted(self, "booster_")
-        X = validate_data(self, X, reset=False)
+        Xa = np.asarray(validate_data(self, X, reset=False), dtype=np.float64)
         if len(self.classes_) == 1:
-            return np.ones((X.shape[0], 1))
-        p = np.asarray(self.booster_.inplace_predict(np.asarray(X, dtype=np.float64)), dtype=np.float64)
+            return np.ones((Xa.shape[0], 1))
+        p = np.asarray(self.booster_.inplace_predict(Xa), dtype=np.float64)
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X: npt.ArrayLike) -> np.ndarray:

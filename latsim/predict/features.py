@@ -129,13 +129,11 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
             out_median: float, out_sigma: float, prefix_share: float) -> tuple[float, ...]:
     """The rate-independent features plus capacity (req/s) and the decode batch."""
     from latsim.costmodel.batch import BatchShape
-    from latsim.sim.simulate import default_cost_model
 
-    d, engine, kv_tokens = _deployment(model, device, int(tp), int(replicas), weight_dtype, kv_dtype,
-                                       max_num_seqs, max_num_batched_tokens)
+    d, engine, kv_tokens, cost = _priced(model, device, int(tp), int(replicas), weight_dtype, kv_dtype,
+                                         max_num_seqs, max_num_batched_tokens)
     mean_in = length_mean(in_median, in_sigma, INPUT_CLIP)
     mean_out = length_mean(out_median, out_sigma, OUTPUT_CLIP)
-    cost = default_cost_model(d, engine)
     ctx = mean_in + mean_out / 2
     assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None
     batch = float(max(1.0, min(engine.max_num_seqs, kv_tokens / ctx)))
@@ -159,8 +157,19 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
     return (*(float(x) for x in row), capacity, batch, *grid)
 
 
+@lru_cache(maxsize=4096)
+def _priced(model: str, device: str, tp: int, replicas: int, weight_dtype: str, kv_dtype: str,
+            max_num_seqs: float | None, max_num_batched_tokens: float | None) -> tuple:
+    """``(deployment, resolved engine, KV tokens, the simulator's cost model)``, built once."""
+    from latsim.sim.simulate import default_cost_model
+
+    d, engine, kv_tokens = _deployment(model, device, tp, replicas, weight_dtype, kv_dtype, max_num_seqs,
+                                       max_num_batched_tokens)
+    return d, engine, kv_tokens, default_cost_model(d, engine)
+
+
 def _deployment(model: str, device: str, tp: int, replicas: int, weight_dtype: str, kv_dtype: str,
-                max_num_seqs: float | None, max_num_batched_tokens: float | None):  # type: ignore[no-untyped-def]
+                max_num_seqs: float | None, max_num_batched_tokens: float | None):
     """``(deployment, resolved engine, KV capacity in tokens of one replica)``."""
     from latsim import Deployment, EngineConfig, load_device, load_model
     from latsim.deployment import resolve_engine
@@ -176,13 +185,13 @@ def _deployment(model: str, device: str, tp: int, replicas: int, weight_dtype: s
     return d, resolved, float(plan.kv_capacity_tokens)
 
 
-def _kv_bytes(d) -> float:  # type: ignore[no-untyped-def]
+def _kv_bytes(d) -> float:
     from latsim.catalog.sizing import kv_bytes_per_token
 
     return float(kv_bytes_per_token(d.model, d.kv_dtype))
 
 
-def _active_params(model) -> float:  # type: ignore[no-untyped-def]
+def _active_params(model) -> float:
     from latsim.catalog.sizing import param_counts
 
     return float(param_counts(model)[1])

@@ -54,7 +54,8 @@ def simulate_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """The simulator's answer for every live row (targets, same index)."""
     from latsim.predict.recipe import simulate_point
 
-    out = [simulate_point({k: v for k, v in row.items() if not k.startswith("measured_")}, int(row["num_requests"]))
+    out = [simulate_point({k: v for k, v in row.items() if not str(k).startswith("measured_")},
+                          int(row["num_requests"]))
            for row in rows.to_dict("records")]
     return pd.DataFrame(out, index=rows.index)
 

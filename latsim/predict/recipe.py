@@ -32,7 +32,7 @@ TARGETS = (*LATENCY_TARGETS, "throughput_rps")
 STABLE_RATIO = 0.95
 
 
-def trace_for(point: dict, num_requests: int):  # type: ignore[no-untyped-def]
+def trace_for(point: dict, num_requests: int):
     """The synthetic trace of a design point: Poisson arrivals at ``qps``, lognormal lengths
     clipped to the feature module's bounds, a ``prefix_share`` of each prompt shared within one
     of four groups."""

@@ -102,10 +102,15 @@ def fit_surrogate(frame: pd.DataFrame, feats: pd.DataFrame | None = None, *, n_e
 
 
 def training_domain(frame: pd.DataFrame, feats: pd.DataFrame) -> dict[str, Any]:
-    """Min/max of :data:`NUMERIC_DOMAIN` columns and :data:`FEATURE_DOMAIN` features, and the
-    models and devices seen."""
-    ranges = {c: [float(frame[c].min()), float(frame[c].max())] for c in NUMERIC_DOMAIN}
+    """The box the design sampled (:data:`latsim.predict.design.DOMAIN`, TP and replicas; load
+    from 0, as an idle deployment is as easy as a lightly loaded one), the sampled range of the
+    physical :data:`FEATURE_DOMAIN` features, and the models and devices seen."""
+    from latsim.predict.design import DOMAIN, REPLICAS, TPS
+
+    ranges = {c: [float(DOMAIN[c][0]), float(DOMAIN[c][1])] for c in NUMERIC_DOMAIN if c in DOMAIN}
+    ranges.update(tp=[float(min(TPS)), float(max(TPS))], replicas=[float(min(REPLICAS)), float(max(REPLICAS))])
     ranges.update({f: [float(feats[f].min()), float(feats[f].max())] for f in FEATURE_DOMAIN})
+    ranges["load"] = [0.0, float(DOMAIN["load"][1])]
     return {"ranges": ranges, "models": sorted(set(frame["model"])), "devices": sorted(set(frame["device"]))}
 
 
@@ -157,7 +162,8 @@ def load_surrogate(folder: str | Path | None = None) -> Surrogate:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise ValueError(f"surrogate model file {path} has format {found!r}, this latsim reads {FORMAT!r}; {REBUILD}")
     if manifest.get("features") != list(FEATURES):
-        raise ValueError(f"surrogate model file {path} was fitted on other features than this latsim computes; {REBUILD}")
+        raise ValueError(f"surrogate model file {path} was fitted on other features than this latsim computes; "
+                         f"{REBUILD}")
     try:
         regressors = {t: _regressor(load_booster(folder / manifest["files"][t])) for t in TARGETS}
         classifier = _classifier(load_booster(folder / manifest["files"]["stable"]), manifest["stable_classes"])

@@ -62,7 +62,7 @@ def build_card(frame: pd.DataFrame, feats: pd.DataFrame, live: dict | None) -> d
     return card
 
 
-def live_card(root: Path, surrogate) -> dict:  # type: ignore[no-untyped-def]
+def live_card(root: Path, surrogate) -> dict:
     """Surrogate and simulator errors against the measured runs under ``root``."""
     from latsim.predict.live import live_errors, live_rows, simulate_rows
 

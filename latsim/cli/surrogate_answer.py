@@ -1,0 +1,31 @@
+"""``latsim predict --surrogate``'s printing: the surrogate's answer, or why the simulator answers."""
+
+from __future__ import annotations
+
+import json
+
+from latsim.cli.app import err, out
+from latsim.config import Settings
+from latsim.workload.trace import RequestTrace
+
+
+def surrogate_or_reasons(settings: Settings, workload: RequestTrace, as_json: bool) -> dict | None:
+    """Print the surrogate's answer and return ``None``; outside its domain say why on stderr
+    and return the ``surrogate`` block the simulator's answer carries."""
+    from latsim.predict.answer import answer
+    from latsim.predict.surrogate import load_surrogate
+    from latsim.report.output import json_default, json_safe
+    from latsim.report.tables import latency_table
+
+    summary, reasons = answer(settings, workload, load_surrogate())
+    if summary is None:
+        err.print(f"surrogate: outside its training domain ({'; '.join(reasons)}); the simulator answers")
+        return {"in_domain": False, "reasons": reasons}
+    if as_json:
+        print(json.dumps(json_safe(summary), allow_nan=False, default=json_default))
+        return None
+    out.print(latency_table(summary))
+    verdict = "stable" if summary["stable"] else "unstable"
+    out.print(f"surrogate: {verdict} (p={summary['surrogate']['stable_probability']:.2f}), "
+              f"throughput {summary['throughput_rps']:.2f} req/s of {summary['offered_rps']:.2f} offered")
+    return None
