@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 
-from latsim.cli.app import err, out
+from latsim.cli.app import out
 from latsim.config import Settings
 from latsim.workload.trace import RequestTrace
 
@@ -19,7 +20,8 @@ def surrogate_or_reasons(settings: Settings, workload: RequestTrace, as_json: bo
 
     summary, reasons = answer(settings, workload, load_surrogate())
     if summary is None:
-        err.print(f"surrogate: outside its training domain ({'; '.join(reasons)}); the simulator answers")
+        print(f"surrogate: outside its training domain ({'; '.join(reasons)}); the simulator answers",
+              file=sys.stderr)  # one line, however long (a console would wrap it)
         return {"in_domain": False, "reasons": reasons}
     if as_json:
         print(json.dumps(json_safe(summary), allow_nan=False, default=json_default))

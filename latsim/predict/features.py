@@ -16,6 +16,7 @@ a few hundred cost-model builds.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -89,7 +90,8 @@ def step_at_load(static: pd.DataFrame, qps: np.ndarray) -> tuple[np.ndarray, np.
     (1 - u)`` is solved by fixed-point iteration from ``n = 0`` (its least root), capped at the
     batch cap ``B``.  Every output is non-decreasing in ``qps``.
     """
-    steps = static[[f"_step_{g}" for g in BATCH_GRID]].to_numpy() / 1e3
+    # a larger batch is never faster (a calibrated model's tables can dip by a fraction of a percent)
+    steps = np.maximum.accumulate(static[[f"_step_{g}" for g in BATCH_GRID]].to_numpy() / 1e3, axis=1)
     cap = np.exp(static["log_batch"].to_numpy())
     r = np.minimum(qps, np.exp(static["log_capacity_rps"].to_numpy())) / static["replicas"].to_numpy()
     util = np.minimum(r * np.exp(static["log_prefill_ms"].to_numpy()) / 1e3, 0.95)
@@ -165,7 +167,16 @@ def _priced(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
 
     d, engine, kv_tokens = _deployment(model, device, tp, replicas, weight_dtype, kv_dtype, max_num_seqs,
                                        max_num_batched_tokens)
-    return d, engine, kv_tokens, default_cost_model(d, engine)
+    return d, engine, kv_tokens, default_cost_model(d, engine, gpu=_gpu(model, device, tp, weight_dtype, kv_dtype))
+
+
+@lru_cache(maxsize=1024)
+def _gpu(model: str, device: str, tp: int, weight_dtype: str, kv_dtype: str) -> Any:
+    """The GPU-side cost model (a calibrated one takes about a second to tabulate), built once."""
+    from latsim import load_device, load_model
+    from latsim.costmodel.factory import gpu_cost_model
+
+    return gpu_cost_model(load_model(model), load_device(device), tp, weight_dtype, kv_dtype)
 
 
 def _deployment(model: str, device: str, tp: int, replicas: int, weight_dtype: str, kv_dtype: str,

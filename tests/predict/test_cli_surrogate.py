@@ -69,3 +69,9 @@ def test_a_corrupted_shipped_model_is_one_line_with_how_to_rebuild(tmp_path, mon
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
     assert "e2e_ms_p50.json is corrupted" in err and "rebuild with" in err
+
+
+def test_table_output_says_the_surrogate_answered(monkeypatch, capsys):
+    code, out, err = run([a for a in BASE if a != "--json"] + ["--surrogate"], monkeypatch, capsys)
+    assert code == 0 and err == ""
+    assert "TTFT" in out and "surrogate: stable" in out
