@@ -21,19 +21,19 @@ def grid(n: int, deployments: int, seed: int = 0) -> pd.DataFrame:
     from latsim.predict.design import sample
 
     points, _ = sample(max(1, deployments // 9), seed)
-    base = points[["model", "device", "tp", "weight_dtype", "kv_dtype", "qps", "load"]]
+    base = points[["model", "device", "tp", "weight_dtype", "kv_dtype", "qps", "load"]].assign(
+        capacity=points["qps"] / points["load"] / points["replicas"])  # per replica
     rows = [{**b, "replicas": r, "max_num_seqs": s, "max_num_batched_tokens": 8192}
             for b in base.to_dict("records") for r in (1, 2, 4) for s in (128, 256, 1024)]
     rng = np.random.default_rng(seed)
     picks = pd.DataFrame(rows).iloc[rng.integers(0, len(rows), n)].reset_index(drop=True)
-    per_replica = picks["qps"] / picks["load"].clip(lower=0.1)
-    picks["qps"] = per_replica * picks["replicas"] * rng.uniform(0.05, 1.0, n)
+    picks["qps"] = picks["capacity"] * picks["replicas"] * rng.uniform(0.05, 1.0, n)
     picks["input_median"] = rng.choice([256.0, 600.0, 1500.0], n)
     picks["input_sigma"] = 0.8
     picks["output_median"] = rng.choice([64.0, 150.0, 400.0], n)
     picks["output_sigma"] = 0.6
     picks["prefix_share"] = 0.0
-    return picks.drop(columns="load")
+    return picks.drop(columns=["load", "capacity"])
 
 
 def main() -> None:
