@@ -36,8 +36,9 @@ def predict(
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
     fallback: dict | None = None
     if surrogate:
-        from latsim.cli.surrogate_answer import surrogate_or_reasons
+        from latsim.cli.surrogate_answer import check_surrogate_flags, surrogate_or_reasons
 
+        check_surrogate_flags(out_dir, slo)
         fallback = surrogate_or_reasons(settings, workload, as_json)
         if fallback is None:
             return

@@ -10,6 +10,18 @@ from latsim.config import Settings
 from latsim.workload.trace import RequestTrace
 
 
+def check_surrogate_flags(out_dir: object, slo: object) -> None:
+    """Refuse what only a simulation can give (per-request records, goodput against an SLO)."""
+    from latsim.cli.app import UserError
+
+    if out_dir is not None:
+        raise UserError("--out writes per-request records, which the surrogate does not have; "
+                        "drop --surrogate or --out")
+    if slo is not None:
+        raise UserError("--slo-ttft-ms/--slo-tpot-ms need per-request latencies, which the surrogate does not "
+                        "have; drop --surrogate or the SLO")
+
+
 def surrogate_or_reasons(settings: Settings, workload: RequestTrace, as_json: bool) -> dict | None:
     """Print the surrogate's answer and return ``None``; outside its domain say why on stderr
     and return the ``surrogate`` block the simulator's answer carries."""

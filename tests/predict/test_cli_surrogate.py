@@ -75,3 +75,10 @@ def test_table_output_says_the_surrogate_answered(monkeypatch, capsys):
     code, out, err = run([a for a in BASE if a != "--json"] + ["--surrogate"], monkeypatch, capsys)
     assert code == 0 and err == ""
     assert "TTFT" in out and "surrogate: stable" in out
+
+
+@pytest.mark.parametrize(("extra", "says"), [(["--out", "x"], "--out writes per-request records"),
+                                             (["--slo-ttft-ms", "100"], "need per-request latencies")])
+def test_what_only_a_simulation_gives_is_refused_in_one_line(extra, says, monkeypatch, capsys):
+    code, out, err = run([*BASE, "--surrogate", *extra], monkeypatch, capsys)
+    assert code == 2 and out == "" and says in err and len(err.strip().splitlines()) == 1

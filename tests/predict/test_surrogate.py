@@ -120,3 +120,18 @@ def test_grid_columns_are_what_the_card_says(surrogate, copy):
     manifest = json.loads((copy / "surrogate.json").read_text())
     assert tuple(manifest["grid_columns"]) == GRID_COLUMNS
     assert manifest["card"]["sample_size"] > 0 and manifest["card"]["simulator_commit"]
+
+
+def test_package_data_globs_ship_every_surrogate_file():
+    import fnmatch
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["latsim"]
+    shipped = sorted((root / "latsim" / "data" / "surrogate").iterdir())
+    assert len(shipped) >= 13
+    for path in shipped:
+        rel = path.relative_to(root / "latsim").as_posix()
+        assert any(fnmatch.fnmatch(rel, g) for g in globs), rel
