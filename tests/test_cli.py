@@ -155,3 +155,14 @@ def test_host_speed_command(monkeypatch, capsys):
     assert code == 0 and f"--host-speed {result['host_speed']:.2f}" in out
     code, _, err = run(["host-speed", "--seconds", "0"], monkeypatch, capsys)
     assert code == 2 and "seconds" in err
+
+
+def test_host_report_says_how_host_bound_a_prediction_is(monkeypatch, capsys):
+    argv = ["predict", "--model", "llama-3.2-1b", "--device", "h200", "--qps", "10", "--num-requests", "80",
+            "--input-len", "256", "--output-len", "32", "--host-report", "--json"]
+    code, out, _ = run(argv, monkeypatch, capsys)
+    host = json.loads(out)["host"]
+    assert code == 0 and 0.5 < host["share"]["cpu_set_share"] <= 1.0  # a 1B on an H200 waits for its CPU
+    slow, fast = host["speeds"]["at"]
+    assert (slow["host_speed"], fast["host_speed"]) == (0.6, 1.2)
+    assert slow["tpot_p50_change"] > 0.2 > 0.0 > fast["tpot_p50_change"]

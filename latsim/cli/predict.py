@@ -23,6 +23,10 @@ def predict(
     config: Annotated[Path | None, Opt(help="Deployment YAML file with the same settings")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print exactly one JSON object")] = False,
     out_dir: Annotated[Path | None, Opt("--out", help="Write requests.parquet and summary.json here")] = None,
+    surrogate: Annotated[bool, Opt("--surrogate", help="Answer from the fitted surrogate (about a millisecond); "
+                                   "outside its training domain the simulator answers")] = False,
+    host_report: Annotated[bool, Opt("--host-report", help="Also say how host-bound the deployment is and how "
+                                     "far TTFT/TPOT move at host speeds 0.6 and 1.2 (three more runs)")] = False,
 ) -> None:
     """Simulate a deployment under a workload and report latency percentiles with honest intervals."""
     from latsim.catalog.quant_resolve import dtype_report
@@ -34,13 +38,26 @@ def predict(
 
     settings = merge(settings, load_deployment_file(config) if config else None)
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
+    fallback: dict | None = None
+    if surrogate:
+        from latsim.cli.surrogate_answer import check_surrogate_flags, surrogate_or_reasons
+        from latsim.scenario import build_trace
+
+        check_surrogate_flags(out_dir, slo)
+        fallback = surrogate_or_reasons(settings, build_trace(settings), as_json)
+        if fallback is None:
+            return
     result = predict_settings(settings, slo=slo, replications=replications)
     deployment, summary = result.deployment, result.summary
     if result.trace_sorted:
         err.print(f"note: {settings.trace} is not in arrival order; its requests were sorted by arrival, and "
                   "request_id is each request's 0-based position in the file")
     _check_outcome(summary, result.records)
+    if fallback is not None:
+        summary["surrogate"] = fallback
     summary.update(dtype_report(deployment))
+    if host_report:
+        summary["host"] = _host_report(deployment, settings)
     written = write_outputs(out_dir, result.records, summary, {"memory": result.memory, "inputs": result.inputs}) \
         if out_dir else []
     wrote = f"wrote {', '.join(map(str, written))} ({len(result.records)} requests)"
@@ -56,6 +73,14 @@ def predict(
     out.print(system_table(summary, title))
     if written:
         print(wrote)
+
+
+def _host_report(deployment, settings: Settings) -> dict:
+    """:func:`latsim.sim.host_report.host_report` on one run of the workload (the first trace)."""
+    from latsim.scenario import build_trace
+    from latsim.sim.host_report import host_report
+
+    return host_report(deployment, build_trace(settings), seed=settings.seed or 0)
 
 
 def _check_outcome(summary: dict, records) -> None:

@@ -53,6 +53,13 @@ def system_table(summary: dict, title: str) -> Table:
     ]
     if "goodput_rps" in summary:
         rows.append(("goodput (req/s meeting the SLO)", _num(summary["goodput_rps"])))
+    host = summary.get("host")
+    if host:
+        share = host["share"]
+        rows.append(("host-bound (share of step time the CPU sets)", f"{100 * share['cpu_set_share']:.0f}%"))
+        for at in host["speeds"]["at"]:
+            rows.append((f"TTFT / TPOT p50 at host speed {at['host_speed']:g}",
+                         f"{_pct(at['ttft_p50_change'])} / {_pct(at['tpot_p50_change'])}"))
     if summary.get("slo"):
         rows.append(("p_meet (P99 within every target)", _num(summary["slo"].get("p_meet"))))
     for what, value in rows:

@@ -1,0 +1,100 @@
+"""``latsim predict --surrogate``: from prediction settings to the surrogate's answer.
+
+The settings and the workload (a trace file or the synthetic one the settings describe) are
+summarised into one grid row (:func:`config_row`); :func:`answer` returns the simulator's
+summary keys filled from the surrogate, ``"cost_model": "surrogate"`` and a ``surrogate``
+block, or ``None`` with the reasons when the configuration is outside what the surrogate
+learned (then the simulator answers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from latsim.config import Settings
+from latsim.workload.trace import RequestTrace
+
+SUMMARY_KEYS = ("num_requests", "num_completed", "num_rejected", "num_unfinished", "preemptions",
+                "cached_token_fraction", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "itl_ms", "duration_s",
+                "throughput_rps", "input_tokens_per_s", "output_tokens_per_s", "kv_capacity_tokens", "kv_blocks",
+                "kv_peak_utilization", "max_model_len", "cost_model", "engine_steps", "offered_rps", "stable",
+                "horizon_s")
+"""The top-level keys of the simulator's summary (``latsim predict --json``)."""
+
+TRAINED_ENGINE = {"engine": "vllm", "block_size": 16, "gpu_memory_utilization": 0.92, "enable_chunked_prefill": True,
+                  "enable_prefix_caching": True, "async_scheduling": True, "num_gpu_blocks": None,
+                  "host_speed": 1.0, "max_model_len": None, "router": "round-robin"}
+"""Settings every training configuration had; another value is outside the domain."""
+
+
+def summarize_trace(trace: RequestTrace) -> dict[str, float]:
+    """The workload columns of a trace: offered rate, log-length median and spread, prefix share."""
+    if len(trace) < 2 or trace.duration_s <= 0:
+        raise ValueError("the surrogate needs a trace of at least two requests over a positive time span")
+    row: dict[str, float] = {"qps": (len(trace) - 1) / trace.duration_s}
+    for kind, tokens in (("input", trace.input_tokens), ("output", trace.output_tokens)):
+        logs = np.log(tokens.astype(float))
+        row[f"{kind}_median"] = float(np.exp(np.median(logs)))
+        row[f"{kind}_sigma"] = float(np.std(logs))
+    shared = 0.0
+    if trace.has_prefixes and trace.prefix_tokens is not None and trace.prefix_group is not None:
+        shared = float(trace.prefix_tokens[trace.prefix_group >= 0].sum())
+    row["prefix_share"] = shared / float(trace.input_tokens.sum())
+    return row
+
+
+def config_row(settings: Settings, trace: RequestTrace) -> tuple[pd.DataFrame, list[str]]:
+    """``(one-row grid DataFrame, settings outside the trained engine)`` for merged ``settings``."""
+    from latsim.scenario import DEFAULTS
+
+    def value(name: str) -> Any:
+        given = getattr(settings, name)
+        return given if given is not None else getattr(DEFAULTS, name)
+
+    row = {"model": value("model"), "device": value("device"), "tp": value("tp"), "replicas": value("replicas"),
+           "weight_dtype": value("weight_dtype"), "kv_dtype": value("kv_dtype"),
+           "max_num_seqs": np.nan if settings.max_num_seqs is None else settings.max_num_seqs,
+           "max_num_batched_tokens": np.nan if settings.max_num_batched_tokens is None
+           else settings.max_num_batched_tokens, **summarize_trace(trace)}
+    unsupported = [f"{k}={value(k)!r} (trained on {v!r})" for k, v in TRAINED_ENGINE.items()
+                   if value(k) != v and not (k == "router" and int(row["replicas"]) == 1)]
+    if not settings.trace and value("arrival") != "poisson":
+        unsupported.append(f"arrival={value('arrival')!r} (trained on 'poisson')")
+    return pd.DataFrame([row]), unsupported
+
+
+def _block(pred: pd.Series, metric: str) -> dict[str, float | None]:
+    return {"mean": None, **{q: float(pred[f"{metric}_{q}"]) for q in ("p50", "p90")}, "p95": None,
+            "p99": float(pred[f"{metric}_p99"]), "p99_ci95": None, "count": None}
+
+
+def answer(settings: Settings, trace: RequestTrace, surrogate: Any) -> tuple[dict | None, list[str]]:
+    """``(summary, [])`` from the surrogate, or ``(None, reasons)`` when it is outside the domain."""
+    row, reasons = config_row(settings, trace)
+    pred = surrogate.predict(row).iloc[0]
+    if not pred["in_domain"]:
+        reasons = [*reasons, *str(pred["out_of_domain"]).split("; ")]
+    if reasons:
+        return None, reasons
+    summary: dict[str, Any] = dict.fromkeys(SUMMARY_KEYS)
+    summary.update({"num_requests": len(trace), "ttft_ms": _block(pred, "ttft_ms"), "tpot_ms": _block(pred, "tpot_ms"),
+                    "e2e_ms": _block(pred, "e2e_ms"), "throughput_rps": float(pred["throughput_rps"]),
+                    "offered_rps": float(row["qps"].iloc[0]), "stable": bool(pred["stable"]),
+                    "cost_model": "surrogate"})
+    summary["surrogate"] = {"in_domain": True, "stable_probability": float(pred["stable_probability"]),
+                            "workload": {k: float(row[k].iloc[0]) for k in ("qps", "input_median", "input_sigma",
+                                                                            "output_median", "output_sigma",
+                                                                            "prefix_share")},
+                            "simulator_commit": surrogate.card.get("simulator_commit"),
+                            "held_out_median_error": _headline(surrogate.card)}
+    return summary, []
+
+
+def _headline(card: dict) -> dict[str, float] | None:
+    errors = card.get("held_out", {}).get("configuration")
+    if not errors:
+        return None
+    return {t: round(float(e["median"]), 4) for t, e in errors.items() if "median" in e}

@@ -1,0 +1,89 @@
+"""Held-out error of the surrogate against the simulator, split three honest ways.
+
+- ``configuration``: 5-fold cross-validation over whole configurations (each row is one
+  simulated configuration, so no configuration is in both sides);
+- ``model_family``: leave one model family out (every size of Llama, of Qwen2, ... at once);
+- ``gpu``: leave one GPU out.
+
+The error of a latency or throughput prediction is ``|predicted / simulated - 1|``; the
+summary is its median (and 90th percentile) over every held-out row, and its median over the
+rows the simulator found stable (past saturation a short run's latencies grow with its length,
+which no per-configuration figure can capture).  Stability is scored as
+the share classified right, over all rows and over rows away from the boundary (load over the
+estimated capacity outside ``[1 - BOUNDARY, 1 + BOUNDARY]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+
+from latsim.predict.recipe import TARGETS
+
+BOUNDARY = 0.25
+FOLDS = 5
+
+
+def _family(model: str) -> str:
+    from latsim import load_model
+
+    return str(load_model(model).family)
+
+
+def groups(frame: pd.DataFrame, split: str, seed: int = 0) -> np.ndarray:
+    """The held-out group of every row under ``split`` (configuration, model_family or gpu)."""
+    if split == "configuration":
+        return np.random.default_rng(seed).permutation(len(frame)) % FOLDS
+    if split == "model_family":
+        return frame["model"].map(_family).to_numpy()
+    if split == "gpu":
+        return frame["device"].to_numpy()
+    raise ValueError(f"split must be configuration, model_family or gpu, got {split!r}")
+
+
+def _folds(g: np.ndarray) -> Iterator[np.ndarray]:
+    for value in pd.unique(g):
+        yield g == value
+
+
+def cross_predict(frame: pd.DataFrame, feats: pd.DataFrame, split: str, **fit_args: int) -> pd.DataFrame:
+    """Every row predicted by a surrogate fitted without its group (index of ``frame``)."""
+    from latsim.predict.surrogate import fit_surrogate
+
+    g = groups(frame, split)
+    parts = []
+    for test in _folds(g):
+        model = fit_surrogate(frame[~test], feats[~test], **fit_args)
+        parts.append(_predict_features(model, frame[test], feats[test]))
+    return pd.concat(parts).loc[frame.index]
+
+
+def _predict_features(model, frame: pd.DataFrame, feats: pd.DataFrame) -> pd.DataFrame:
+    from latsim.predict.features import FEATURES
+    from latsim.predict.surrogate import baseline_ms
+
+    X = feats[list(FEATURES)].to_numpy(dtype=np.float64)
+    out = pd.DataFrame(index=frame.index)
+    for target, reg in model.regressors.items():
+        out[target] = baseline_ms(feats, target) * np.exp(reg.predict(X))
+    out["stable"] = model.classifier.predict(X).astype(bool)
+    return out
+
+
+def score(frame: pd.DataFrame, feats: pd.DataFrame, predicted: pd.DataFrame) -> dict:
+    """Median and P90 relative error per target, and stability accuracy (all, away from the boundary)."""
+    errors = {}
+    for target in TARGETS:
+        truth = frame[target].to_numpy(dtype=float)
+        ok = np.isfinite(truth) & (truth > 0)
+        rel = np.abs(predicted[target].to_numpy()[ok] / truth[ok] - 1.0)
+        stable = frame["stable"].to_numpy(dtype=bool)[ok]
+        errors[target] = {"median": float(np.median(rel)), "p90": float(np.quantile(rel, 0.9)), "n": int(ok.sum()),
+                          "median_stable": float(np.median(rel[stable])), "n_stable": int(stable.sum())}
+    right = predicted["stable"].to_numpy() == frame["stable"].to_numpy(dtype=bool)
+    away = np.abs(feats["load"].to_numpy() - 1.0) > BOUNDARY
+    errors["stable"] = {"accuracy": float(right.mean()), "accuracy_away_from_boundary": float(right[away].mean()),
+                        "n": len(right), "n_away": int(away.sum())}
+    return errors

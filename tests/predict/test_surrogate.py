@@ -1,0 +1,137 @@
+"""The shipped surrogate: found in the package, vectorised, monotone in load, and its bad-input errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from importlib.resources import files
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from latsim.predict import load_surrogate
+from latsim.predict.features import GRID_COLUMNS
+from latsim.predict.recipe import LATENCY_TARGETS, TARGETS
+
+DEPLOYMENTS = [
+    {"model": "llama-3.1-8b", "device": "h200", "tp": 1, "replicas": 1, "weight_dtype": "bf16"},
+    {"model": "qwen3-30b-a3b", "device": "h100", "tp": 2, "replicas": 2, "weight_dtype": "fp8"},
+    {"model": "llama-3.1-70b", "device": "a100", "tp": 4, "replicas": 1, "weight_dtype": "bf16"},
+]
+WORKLOAD = {"kv_dtype": "bf16", "max_num_seqs": np.nan, "max_num_batched_tokens": np.nan, "input_median": 600.0,
+            "input_sigma": 0.8, "output_median": 150.0, "output_sigma": 0.6, "prefix_share": 0.0}
+
+
+@pytest.fixture(scope="module")
+def surrogate():
+    return load_surrogate()
+
+
+def _grid(rates: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame([{**d, **WORKLOAD, "qps": float(q), "deployment": i}
+                         for i, d in enumerate(DEPLOYMENTS) for q in rates])
+
+
+def test_the_installed_package_ships_the_surrogate_as_json():
+    folder = files("latsim") / "data" / "surrogate"
+    manifest = json.loads((folder / "surrogate.json").read_text())
+    total = 0
+    for name in manifest["files"].values():
+        text = (folder / name).read_text()
+        assert json.loads(text)["learner"]  # xgboost's JSON model format, not pickle
+        total += len(text.encode())
+    assert total <= 3 * 2**20
+
+
+def test_predict_is_vectorised_over_the_grid_columns(surrogate):
+    grid = _grid(np.array([1.0, 5.0, 20.0]))
+    pred = surrogate.predict(grid)
+    assert list(pred.index) == list(grid.index)
+    assert set(TARGETS) | {"stable", "stable_probability", "in_domain"} <= set(pred.columns)
+    assert (pred[list(TARGETS)] > 0).all().all()
+    assert (pred["ttft_ms_p99"] >= pred["ttft_ms_p50"] * 0.999).all()
+
+
+def test_latency_is_non_decreasing_in_load(surrogate):
+    rates = np.geomspace(0.2, 400.0, 60)
+    pred = surrogate.predict(_grid(rates))
+    for i in range(len(DEPLOYMENTS)):
+        rows = pred.iloc[i * len(rates):(i + 1) * len(rates)]
+        for target in LATENCY_TARGETS:
+            assert np.all(np.diff(rows[target].to_numpy()) >= -1e-9 * rows[target].to_numpy()[1:]), (i, target)
+        assert np.all(np.diff(rows["stable_probability"].to_numpy()) <= 1e-12)
+
+
+def test_low_load_is_stable_and_far_past_capacity_is_not(surrogate):
+    pred = surrogate.predict(_grid(np.array([0.2, 5000.0])))
+    assert pred["stable"].iloc[0::2].all()
+    assert not pred["stable"].iloc[1::2].any()
+    assert not pred["in_domain"].iloc[1::2].any()  # and far past capacity is outside the trained loads
+    assert pred["out_of_domain"].iloc[1].startswith("load=")
+
+
+def test_a_missing_column_is_named(surrogate):
+    grid = _grid(np.array([1.0])).drop(columns="prefix_share")
+    with pytest.raises(ValueError, match="missing column 'prefix_share'"):
+        surrogate.predict(grid)
+
+
+def test_out_of_domain_values_are_named_per_column(surrogate):
+    grid = _grid(np.array([1.0])).assign(input_median=50000.0, prefix_share=0.99)
+    reasons = surrogate.predict(grid)["out_of_domain"].iloc[0]
+    assert "input_median=5e+04 outside" in reasons and "prefix_share=0.99 outside" in reasons
+
+
+@pytest.fixture
+def copy(tmp_path):
+    dst = tmp_path / "surrogate"
+    shutil.copytree(str(files("latsim") / "data" / "surrogate"), dst)
+    return dst
+
+
+def test_a_corrupted_booster_is_named_with_how_to_rebuild(copy):
+    (copy / "tpot_ms_p99.json").write_text('{"learner": ')
+    with pytest.raises(ValueError, match=r"tpot_ms_p99\.json is corrupted.*rebuild with"):
+        load_surrogate(copy)
+
+
+def test_a_missing_booster_is_named(copy):
+    (copy / "stable.json").unlink()
+    with pytest.raises(ValueError, match=r"stable\.json is missing"):
+        load_surrogate(copy)
+
+
+def test_another_format_version_is_refused(copy):
+    manifest = json.loads((copy / "surrogate.json").read_text())
+    manifest["format"] = "latsim-surrogate/0"
+    (copy / "surrogate.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="has format 'latsim-surrogate/0', this latsim reads 'latsim-surrogate/1'"):
+        load_surrogate(copy)
+
+
+def test_a_manifest_that_is_not_json_is_named(copy):
+    (copy / "surrogate.json").write_text("not json")
+    with pytest.raises(ValueError, match=r"surrogate\.json is corrupted"):
+        load_surrogate(copy)
+
+
+def test_grid_columns_are_what_the_card_says(surrogate, copy):
+    manifest = json.loads((copy / "surrogate.json").read_text())
+    assert tuple(manifest["grid_columns"]) == GRID_COLUMNS
+    assert manifest["card"]["sample_size"] > 0 and manifest["card"]["simulator_commit"]
+
+
+def test_package_data_globs_ship_every_surrogate_file():
+    import fnmatch
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["latsim"]
+    shipped = sorted((root / "latsim" / "data" / "surrogate").iterdir())
+    assert len(shipped) >= 13
+    for path in shipped:
+        rel = path.relative_to(root / "latsim").as_posix()
+        assert any(fnmatch.fnmatch(rel, g) for g in globs), rel
