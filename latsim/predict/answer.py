@@ -21,7 +21,8 @@ SUMMARY_KEYS = ("num_requests", "num_completed", "num_rejected", "num_unfinished
                 "cached_token_fraction", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "itl_ms", "duration_s",
                 "throughput_rps", "input_tokens_per_s", "output_tokens_per_s", "kv_capacity_tokens", "kv_blocks",
                 "kv_peak_utilization", "max_model_len", "cost_model", "engine_steps", "offered_rps", "stable",
-                "horizon_s")
+                "horizon_s", "replications", "saturation", "capacity_rps", "stability", "intervals", "inputs",
+                "weight_dtype", "weight_dtype_source", "kv_dtype", "kv_dtype_source")
 """The top-level keys of the simulator's summary (``latsim predict --json``)."""
 
 TRAINED_ENGINE = {"engine": "vllm", "block_size": 16, "gpu_memory_utilization": 0.92, "enable_chunked_prefill": True,
@@ -54,11 +55,16 @@ def config_row(settings: Settings, trace: RequestTrace) -> tuple[pd.DataFrame, l
         given = getattr(settings, name)
         return given if given is not None else getattr(DEFAULTS, name)
 
+    from latsim.scenario import build_deployment
+
+    deployment = build_deployment(settings)  # resolves "auto" dtypes from the checkpoint's config
     row = {"model": value("model"), "device": value("device"), "tp": value("tp"), "replicas": value("replicas"),
-           "weight_dtype": value("weight_dtype"), "kv_dtype": value("kv_dtype"),
+           "weight_dtype": deployment.weight_dtype, "kv_dtype": deployment.kv_dtype,
            "max_num_seqs": np.nan if settings.max_num_seqs is None else settings.max_num_seqs,
            "max_num_batched_tokens": np.nan if settings.max_num_batched_tokens is None
            else settings.max_num_batched_tokens, **summarize_trace(trace)}
+    if not settings.trace and settings.qps:
+        row["qps"] = float(settings.qps)  # the process's rate, not one sample's
     unsupported = [f"{k}={value(k)!r} (trained on {v!r})" for k, v in TRAINED_ENGINE.items()
                    if value(k) != v and not (k == "router" and int(row["replicas"]) == 1)]
     if not settings.trace and value("arrival") != "poisson":
