@@ -23,8 +23,9 @@ def models_table() -> Table:
 
 
 def devices_table() -> Table:
-    table = Table(title="GPUs (cost model: what predict uses; calibrated where a measured profile ships, "
-                        "else roofline)", title_justify="left")
+    table = Table(title="GPUs (cost model: what predict uses: a profile measured here, one imported from "
+                        "published kernel timings, or the roofline; $/h: the catalog's rough figure, `latsim plan` "
+                        "uses the dated prices of latsim/data/prices.yaml)", title_justify="left")
     columns = ("name", "GPU", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s", "$/h", "cost model")
     for col in columns:
         table.add_column(col, justify="left" if col in ("name", "GPU", "cost model") else "right")
