@@ -18,9 +18,9 @@ import pandas as pd
 from latsim.config import Settings
 from latsim.deployment import Deployment, resolve_engine
 from latsim.metrics.summary import SLO
+from latsim.plan.inputs import describe_inputs
 from latsim.plan.replicate import DEFAULT_REPLICATIONS, ReplicatedPrediction, replay, replicate, synthetic_traces
 from latsim.registry import engine_spec
-from latsim.report.inputs import describe_inputs
 from latsim.scenario import DEFAULT_NUM_REQUESTS, build_deployment, build_trace
 
 MAX_AUTO_REQUESTS = 6000
@@ -31,7 +31,7 @@ MAX_AUTO_REQUESTS = 6000
 class Prediction:
     """The deployment, the replicated summary, every request of every replication (with a
     ``replication`` column), the memory plan of one replica, what produced them (``inputs``:
-    :func:`latsim.report.inputs.describe_inputs`), and whether a replayed trace had to be sorted
+    :func:`latsim.plan.inputs.describe_inputs`), and whether a replayed trace had to be sorted
     by arrival (its records' ``request_id`` is then each request's position in the file)."""
 
     deployment: Deployment

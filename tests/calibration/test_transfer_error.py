@@ -30,9 +30,10 @@ def test_bad_table_is_one_line_value_error(tmp_path: Path, content: str, needle:
 
 
 def test_devices_say_where_kernel_costs_come_from() -> None:
+    from latsim.catalog.lookup import load_device
     from latsim.costmodel.factory import calibration_status
 
-    assert calibration_status("h200").startswith("measured here")
-    assert calibration_status("h100") == "imported (aiconfigurator, vLLM 0.24.0)"
-    assert calibration_status("a100") == "imported (aiconfigurator, vLLM 0.14.0)"
-    assert calibration_status("l4") == "roofline"
+    assert calibration_status(load_device("h200")).startswith("measured here")
+    assert calibration_status(load_device("h100")) == "imported (aiconfigurator, vLLM 0.24.0)"
+    assert calibration_status(load_device("a100")) == "imported (aiconfigurator, vLLM 0.14.0)"
+    assert calibration_status(load_device("l4")) == "roofline"
