@@ -134,6 +134,9 @@ def _latency_block(ms: np.ndarray, weights: np.ndarray | None, rng: np.random.Ge
     stats: dict[str, Any] = {k: _json(v) for k, v in describe(ms, weights).items()}
     lo, hi = bootstrap_ci(ms, 99.0, rng, weights=weights)
     stats["p99_ci95"] = [_json(lo), _json(hi)]
+    stats["ci_method"] = "bootstrap_one_run"
+    stats["ci_covers"] = ("this run's requests resampled as if independent: too narrow for a queue's long-run "
+                          "percentile (latsim predict replaces it with replications, latsim.plan.replicate)")
     stats["count"] = int(np.sum(weights)) if weights is not None else len(ms)
     return stats
 
