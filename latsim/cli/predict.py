@@ -29,24 +29,35 @@ def predict(
                                      "far TTFT/TPOT move at host speeds 0.6 and 1.2 (three more runs)")] = False,
 ) -> None:
     """Simulate a deployment under a workload and report latency percentiles with honest intervals."""
-    from latsim.catalog.quant_resolve import dtype_report
     from latsim.metrics.summary import SLO
-    from latsim.plan.prediction import predict_settings
-    from latsim.report.output import json_default, json_safe, write_outputs
-    from latsim.report.tables import latency_table, system_table
     from latsim.scenario import merge
 
     settings = merge(settings, load_deployment_file(config) if config else None)
     slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms) if (slo_ttft_ms or slo_tpot_ms) else None
     fallback: dict | None = None
     if surrogate:
-        from latsim.cli.surrogate_answer import check_surrogate_flags, surrogate_or_reasons
-        from latsim.scenario import build_trace
-
-        check_surrogate_flags(out_dir, slo)
-        fallback = surrogate_or_reasons(settings, build_trace(settings), as_json)
+        fallback = _surrogate(settings, slo, out_dir, as_json)
         if fallback is None:
             return
+    _simulated(settings, slo, replications, fallback, host_report, out_dir, as_json)
+
+
+def _surrogate(settings: Settings, slo, out_dir: Path | None, as_json: bool) -> dict | None:
+    """Answer from the surrogate (``None``), or the ``surrogate`` block of a simulated answer."""
+    from latsim.cli.surrogate_answer import check_surrogate_flags, surrogate_or_reasons
+    from latsim.scenario import build_trace
+
+    check_surrogate_flags(out_dir, slo)
+    return surrogate_or_reasons(settings, build_trace(settings), as_json)
+
+
+def _simulated(settings: Settings, slo, replications: int, fallback: dict | None, host_report: bool,
+               out_dir: Path | None, as_json: bool) -> None:
+    """The replicated prediction, its warnings, files and printout."""
+    from latsim.catalog.quant_resolve import dtype_report
+    from latsim.plan.prediction import predict_settings
+    from latsim.report.output import write_outputs
+
     result = predict_settings(settings, slo=slo, replications=replications)
     deployment, summary = result.deployment, result.summary
     if result.trace_sorted:
@@ -60,19 +71,24 @@ def predict(
         summary["host"] = _host_report(deployment, settings)
     written = write_outputs(out_dir, result.records, summary, {"memory": result.memory, "inputs": result.inputs}) \
         if out_dir else []
-    wrote = f"wrote {', '.join(map(str, written))} ({len(result.records)} requests)"
-    if as_json:  # stdout stays exactly one JSON object
-        print(json.dumps(json_safe({**summary, "inputs": result.inputs}), allow_nan=False, default=json_default))
-        if written:
-            print(wrote, file=sys.stderr)
+    _print(deployment, {**summary, "inputs": result.inputs} if as_json else summary, as_json)
+    if written:
+        print(f"wrote {', '.join(map(str, written))} ({len(result.records)} requests)",
+              file=sys.stderr if as_json else sys.stdout)  # with --json, stdout stays exactly one object
+
+
+def _print(deployment, summary: dict, as_json: bool) -> None:
+    from latsim.report.output import json_default, json_safe
+    from latsim.report.tables import latency_table, system_table
+
+    if as_json:
+        print(json.dumps(json_safe(summary), allow_nan=False, default=json_default))
         return
     title = (f"{deployment.model.name} on {deployment.replicas} replica(s) x TP{deployment.tp} "
              f"{deployment.device.name} ({deployment.engine.engine}; weights {deployment.weight_dtype} "
              f"from {deployment.weight_dtype_source}, KV {deployment.kv_dtype})")
     out.print(latency_table(summary))
     out.print(system_table(summary, title))
-    if written:
-        print(wrote)
 
 
 def _host_report(deployment, settings: Settings) -> dict:
