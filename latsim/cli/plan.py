@@ -29,9 +29,11 @@ def plan(
     search_engine: Annotated[bool, Opt(help="Also search max_num_seqs x max_num_batched_tokens")] = False,
     price: Annotated[list[str] | None, Opt(help="GPU-hour price override, e.g. h100=2.49 (repeatable)")] = None,
     replications: Annotated[int, Opt(help="Independent runs per candidate (other seeds)")] = 3,
-    min_p_meet: Annotated[float, Opt(help="Share of replications that must meet the SLO")] = 0.8,
+    min_p_meet: Annotated[float, Opt(help="Confidence that the long-run SLO holds (p_meet) a candidate needs")] = 0.8,
     top: Annotated[int, Opt(help="Stop after this many candidates meet the SLO")] = 5,
     rate_search: Annotated[bool, Opt(help="Find each reported candidate's highest rate under the SLO")] = True,
+    surrogate: Annotated[bool, Opt("--surrogate", help="Rank every candidate with the fitted surrogate first and "
+                                   "simulate only those it does not rule out")] = False,
     config: Annotated[Path | None, Opt(help="Deployment YAML file (model, workload, engine settings)")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print exactly one JSON object")] = False,
     out_file: Annotated[Path | None, Opt("--out", help="Also write the JSON answer to this file")] = None,
@@ -62,7 +64,7 @@ def plan(
         engine_knobs=ENGINE_KNOBS if search_engine else ((None, None),),
     )
     answer = search(settings, space, parse_slo(slo), Options(replications, settings.seed or 0, top, min_p_meet,
-                                                            rate_search), parse_price_overrides(price))
+                                                            rate_search, surrogate), parse_price_overrides(price))
     text = json.dumps(json_safe(answer), allow_nan=False, default=json_default)
     if out_file:
         atomic_write_text(out_file, text + "\n")

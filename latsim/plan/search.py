@@ -98,6 +98,8 @@ class Options:
     top: int = 5
     min_p_meet: float = 0.8
     rate_search: bool = True
+    surrogate: bool = False
+    """Drop candidates the fitted surrogate predicts far off the SLO before simulating (:mod:`latsim.plan.screen`)."""
 
     def __post_init__(self) -> None:
         if self.replications < 1:
@@ -119,6 +121,8 @@ def plan(base: Settings, space: Space, slo: PlanSLO, options: Options,
     workload = Workload.of(base)
     survivors, pruned = _prune(space.settings(base), workload, prices)
     survivors.sort(key=lambda c: (c[2].usd_per_gpu_hour * c[1].tp * c[1].replicas, -c[3].max_rps))
+    if options.surrogate and survivors:
+        survivors = _screened(survivors, base, slo, pruned)
     rows: list[dict[str, Any]] = []
     for settings, deployment, price, bounds in survivors:
         if sum(r["meets_slo"] for r in rows) >= options.top:
@@ -141,8 +145,23 @@ def plan(base: Settings, space: Space, slo: PlanSLO, options: Options,
         "model": base.model,
         "prices": {name: price_of(name, prices).as_dict() for name in sorted(used)},
         "search": {"candidates": space.size(), "pruned": len(pruned), "simulated": len(rows),
-                   "replications": options.replications, "min_p_meet": options.min_p_meet},
+                   "replications": options.replications, "min_p_meet": options.min_p_meet,
+                   "surrogate_screen": options.surrogate},
     }
+
+
+def _screened(survivors: list, base: Settings, slo: PlanSLO, pruned: list[dict[str, Any]]) -> list:
+    """The survivors the surrogate does not drop; the dropped ones go to ``pruned`` with the reason."""
+    from latsim.plan.screen import screen
+
+    kept = []
+    for candidate, reason in zip(survivors, screen([c[0] for c in survivors], base, slo), strict=True):
+        if reason is None:
+            kept.append(candidate)
+        else:
+            settings, deployment, price, _ = candidate
+            pruned.append(_pruned_row(settings, deployment, price, reason))
+    return kept
 
 
 def _prune(candidates: list[Settings], workload: Workload, prices: dict[str, float] | None
