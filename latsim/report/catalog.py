@@ -23,15 +23,21 @@ def models_table() -> Table:
 
 
 def devices_table() -> Table:
+    from latsim.plan.prices import price_of
+
     table = Table(title="GPUs (cost model: what predict uses: a profile measured here, one imported from "
-                        "published kernel timings, or the roofline; $/h: the catalog's rough figure, `latsim plan` "
-                        "uses the dated prices of latsim/data/prices.yaml)", title_justify="left")
-    columns = ("name", "GPU", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s", "$/h", "cost model")
+                        "published kernel timings, or the roofline; $/GPU-h: what plan and compare use, from "
+                        "latsim/data/prices.yaml, * where only the catalog's rough figure exists)",
+                  title_justify="left")
+    columns = ("name", "GPU", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s", "$/GPU-h",
+               "cost model")
     for col in columns:
         table.add_column(col, justify="left" if col in ("name", "GPU", "cost model") else "right")
     for d in list_devices():
         fp8 = d.peak_flops.get("fp8")
+        price = price_of(d.name)
+        dollars = f"{price.usd_per_gpu_hour:.2f}" + ("*" if price.origin == "catalog" else "")
         table.add_row(d.name, d.display_name, f"{d.memory_gib:.1f}", f"{d.hbm_bandwidth / 1e12:.2f}",
                       f"{d.peak_flops['bf16'] / 1e12:.0f}", f"{fp8 / 1e12:.0f}" if fp8 else "-",
-                      f"{d.interconnect_bw / 1e9:.0f}", f"{d.price_per_hour:.2f}", calibration_status(d))
+                      f"{d.interconnect_bw / 1e9:.0f}", dollars, calibration_status(d))
     return table
