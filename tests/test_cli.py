@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pandas as pd
 import pytest
 
-from latsim.cli import main
+from tests.cli_runner import run_cli as run
 
 SMALL = ["--num-requests", "60", "--qps", "4"]
 
 
-def run(argv, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["latsim", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_json_output_is_exactly_one_object_with_the_contract_keys(monkeypatch, capsys):

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from latsim.catalog import model_config_dict
-from latsim.cli import main
+from tests.cli_runner import run_cli as run
 
 FIXTURES = json.loads((Path(__file__).parent / "quant_configs.json").read_text())
 SMALL = ["--num-requests", "40", "--qps", "4", "--device", "h200", "--json"]
 
 
-def run(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["latsim", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def checkpoint(tmp_path: Path, quant: str | None, model_type: str = "llama") -> str:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from latsim.cli import main
+from tests.cli_runner import run_cli
 
 
 @pytest.fixture
@@ -14,13 +12,6 @@ def cli(monkeypatch, capsys):
     """``cli(*argv) -> (exit status, stdout, stderr)``."""
 
     def run(*argv: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["latsim", *argv])
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
+        return run_cli(list(argv), monkeypatch, capsys)
 
     return run

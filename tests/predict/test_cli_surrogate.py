@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from importlib.resources import files
 
 import pytest
 
-from latsim.cli import main
 from latsim.predict.answer import SUMMARY_KEYS
+from tests.cli_runner import run_cli as run
 
 BASE = ["predict", "--model", "llama-3.1-8b", "--device", "h200", "--qps", "8", "--num-requests", "40", "--json"]
 
 
-def run(argv, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["latsim", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_surrogate_answers_with_the_simulators_keys(monkeypatch, capsys):

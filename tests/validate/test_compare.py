@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from latsim.cli import main
 from latsim.engines.vllm.host_terms import reference_probe_s
 from latsim.validate.compare import (
     CLIENT_LAG_LIMIT_S,
@@ -22,21 +20,13 @@ from latsim.validate.compare import (
     host_probe_ms,
     run_host_speed,
 )
+from tests.cli_runner import run_cli as cli
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "validation" / "h200"
 SMALL_RUN = DATA / "llama-2-7b-mix" / "f0.25"  # 119 requests
 CLIENT_BOUND_RUN = DATA.parent / "h200-tp2" / "llama-3.1-8b-fixed-in512-out128" / "f0.75"  # send lag p99 0.25 s
 
 
-def cli(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["latsim", *argv])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_replay_gives_signed_errors_for_every_metric_and_statistic() -> None:
