@@ -129,19 +129,26 @@ def file_settings(file: BaseModel) -> dict[str, Any]:
             **dumped["workload"]}
 
 
+def read_yaml_file(path: str | Path, kind: str) -> Any:
+    """The YAML document of a user's ``kind`` file (``deployment``, ``grid``); every way reading
+    it fails is a one-line ValueError naming the file."""
+    p = Path(path)
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{kind} file {p} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"{kind} file {p} is a directory, not a YAML file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{kind} file {p} is not text (UTF-8 YAML expected)") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{kind} file {p} is not valid YAML: {str(exc).splitlines()[0]}") from None
+
+
 def load_deployment_file(path: str | Path) -> Any:
     """Parse and validate a deployment file; ValueError names the file and the bad field."""
     p = Path(path)
-    try:
-        raw: Any = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"deployment file {p} does not exist") from None
-    except IsADirectoryError:
-        raise ValueError(f"deployment file {p} is a directory, not a YAML file") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"deployment file {p} is not text (UTF-8 YAML expected)") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"deployment file {p} is not valid YAML: {exc}") from None
+    raw = read_yaml_file(p, "deployment")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

@@ -64,3 +64,12 @@ def test_flags_win_over_the_file_and_the_file_over_defaults(tmp_path) -> None:
     path.write_text("tp: 2\nengine: {block_size: 32}\n")
     settings = merge(Settings(tp=4), load_deployment_file(path))
     assert (settings.tp, settings.block_size, settings.replicas) == (4, 32, DEFAULTS.replicas)
+
+
+@pytest.mark.parametrize("body", [b"model: [llama\n  device: : h100\n", b"\xff\xfe binary"])
+def test_an_unreadable_deployment_file_is_one_line_naming_it(body: bytes, tmp_path) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_bytes(body)
+    with pytest.raises(ValueError) as info:
+        load_deployment_file(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)

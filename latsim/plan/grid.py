@@ -25,10 +25,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from latsim.config import Settings
+from latsim.config import Settings, read_yaml_file
 
 SETTING_NAMES = tuple(f.name for f in fields(Settings))
 MAX_POINTS = 100_000
@@ -36,18 +35,7 @@ MAX_POINTS = 100_000
 
 def load_grid(path: str | Path) -> list[dict[str, Any]]:
     """The points of grid file ``path`` (each a dict of settings); ValueError naming file and key."""
-    p = Path(path)
-    try:
-        raw: Any = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"grid file {p} does not exist") from None
-    except IsADirectoryError:
-        raise ValueError(f"grid file {p} is a directory, not a YAML file") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"grid file {p} is not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"grid file {p} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    return expand(raw, str(p))
+    return expand(read_yaml_file(path, "grid"), str(path))
 
 
 def expand(raw: Any, where: str = "grid") -> list[dict[str, Any]]:
