@@ -77,12 +77,13 @@ def _confidence(block: dict[str, Any], stat: str, limit: float) -> float:
 
 def screened(deployment: Deployment, workload_settings: Settings, slo: PlanSLO, replications: int, seed: int,
              min_p_meet: float) -> dict[str, Any]:
-    """:func:`evaluate`, but first one replication alone when a single miss already rules the
-    candidate out (``min_p_meet * replications > replications - 1``): if that run is unstable or
-    misses the SLO, its one-replication summary is returned (``replications`` says 1); otherwise
-    all ``replications`` are run.  Saves most of the time a search spends on failing candidates."""
-    if replications > 1 and min_p_meet * replications > replications - 1:
+    """:func:`evaluate`, but first one replication alone when ``min_p_meet`` > 0.5: if that run is
+    unstable or its estimates miss a target (then its ``p_meet`` is below 0.5, below what the
+    candidate needs), its one-replication summary is returned (``replications`` says 1);
+    otherwise all ``replications`` are run.  Saves most of the time a search spends on failing
+    candidates."""
+    if replications > 1 and min_p_meet > 0.5:
         first = evaluate(deployment, workload_settings, slo, 1, seed)
-        if not (first["stable"] and first["p_meet"] and first["p_meet"] >= 0.5):
+        if not (first["stable"] and slo.met(first)):
             return first
     return evaluate(deployment, workload_settings, slo, replications, seed)
