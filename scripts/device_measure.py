@@ -43,6 +43,7 @@ from latsim.workload.trace import RequestTrace
 
 CATALOG = Path(__file__).resolve().parent.parent / "latsim" / "data" / "catalog" / "models"
 MIX = {"in": (600.0, 0.8, 32, 4096), "out": (150.0, 0.6, 8, 1024)}  # median, sigma, lo, hi
+LONG = {"in": (4096.0, 0.8, 1024, 24576), "out": (150.0, 0.6, 8, 512)}
 SHUTDOWN_MARGIN_S = 20.0
 
 
@@ -50,13 +51,25 @@ SHUTDOWN_MARGIN_S = 20.0
 
 
 def parse_shape(text: str) -> dict[str, Any]:
-    """``fixed:in=512,out=128`` or ``mix`` -> a shape description (ValueError otherwise)."""
-    if text == "mix":
-        return {"kind": "mix", **{k: list(v) for k, v in MIX.items()}}
+    """A shape description from its flag text (ValueError otherwise):
+
+    * ``mix``: lognormal input and output lengths (:data:`MIX`);
+    * ``long``: long prompts (:data:`LONG`, 1k-24k tokens);
+    * ``fixed:in=N,out=M``;
+    * ``prefix:len=L,groups=G``: ``mix`` lengths after one of ``G`` shared ``L``-token prefixes
+      (drawn uniformly per request), so every prompt is ``L`` + a ``mix`` input long.
+    """
+    if text in ("mix", "long"):
+        return {"kind": text, **{k: list(v) for k, v in (MIX if text == "mix" else LONG).items()}}
     m = re.fullmatch(r"fixed:in=(\d+),out=(\d+)", text)
-    if not m:
-        raise ValueError(f"--shape {text!r}: expected 'mix' or 'fixed:in=N,out=M'")
-    return {"kind": "fixed", "in": int(m.group(1)), "out": int(m.group(2))}
+    if m:
+        return {"kind": "fixed", "in": int(m.group(1)), "out": int(m.group(2))}
+    m = re.fullmatch(r"prefix:len=(\d+),groups=(\d+)", text)
+    if m and int(m.group(1)) > 0 and int(m.group(2)) > 0:
+        return {"kind": "prefix", "prefix_len": int(m.group(1)), "groups": int(m.group(2)),
+                **{k: list(v) for k, v in MIX.items()}}
+    raise ValueError(f"--shape {text!r}: expected 'mix', 'long', 'fixed:in=N,out=M' or "
+                     "'prefix:len=L,groups=G' (L, G >= 1)")
 
 
 def sample_lengths(shape: dict[str, Any], n: int, rng: np.random.Generator,
@@ -66,8 +79,20 @@ def sample_lengths(shape: dict[str, Any], n: int, rng: np.random.Generator,
         inp, out = np.full(n, shape["in"]), np.full(n, shape["out"])
     else:
         inp, out = (_lognormal(rng, n, *shape[k]) for k in ("in", "out"))
+        inp = inp + shape.get("prefix_len", 0)
     out = np.minimum(out, max_model_len // 2)
     return np.maximum(1, np.minimum(inp, max_model_len - out)), out
+
+
+def make_trace(arrivals: np.ndarray, shape: dict[str, Any], rng: np.random.Generator,
+               max_model_len: int) -> RequestTrace:
+    """Requests of ``shape`` arriving at ``arrivals``; a ``prefix`` shape's carry their group."""
+    inp, out = sample_lengths(shape, len(arrivals), rng, max_model_len)
+    if shape["kind"] != "prefix":
+        return RequestTrace.from_arrays(arrivals, inp, out)
+    groups = rng.integers(0, shape["groups"], len(arrivals))
+    return RequestTrace.from_arrays(arrivals, inp, out, prefix_group=groups,
+                                    prefix_tokens=np.minimum(shape["prefix_len"], inp))
 
 
 def _lognormal(rng: np.random.Generator, n: int, median: float, sigma: float, lo: int, hi: int) -> np.ndarray:
@@ -79,9 +104,7 @@ def poisson_trace(qps: float, seconds: float, shape: dict[str, Any], rng: np.ran
     """Poisson arrivals at ``qps`` over ``[0, seconds)`` (at least one request)."""
     gaps = rng.exponential(1.0 / qps, int(qps * seconds * 1.5) + 20)
     arrivals = np.cumsum(gaps) - gaps[0]  # starts at 0, so never empty
-    arrivals = arrivals[arrivals < seconds]
-    inp, out = sample_lengths(shape, len(arrivals), rng, max_model_len)
-    return RequestTrace.from_arrays(arrivals, inp, out)
+    return make_trace(arrivals[arrivals < seconds], shape, rng, max_model_len)
 
 
 # ---------------------------------------------------------------------------------- model
@@ -196,7 +219,7 @@ async def run_all(args: argparse.Namespace, session: EngineSession, root: Path,
     shape, max_len = parse_shape(args.shape), int(session.meta["engine_config"]["max_model_len"] or 4096)
     n, cap, rows = args.burst, 0.0, []
     if n > 0:
-        burst = RequestTrace.from_arrays(np.zeros(n), *sample_lengths(shape, n, rng, max_len))
+        burst = make_trace(np.zeros(n), shape, rng, max_len)
         budget = max(10.0, min(args.burst_seconds, left(args, t_start) / 3))
         m = await session.run(Level("burst", burst, LoadSpec("burst", deadline_s=budget,
                                                              request_timeout_s=budget)), root)
@@ -226,7 +249,7 @@ async def run_concurrency(args: argparse.Namespace, session: EngineSession, root
         print(f"skipping concurrency {concurrency} and later: {left(args, t_start):.0f} s left", flush=True)
         return None
     n = max(4, args.sweep_waves * concurrency)
-    trace = RequestTrace.from_arrays(np.zeros(n), *sample_lengths(shape, n, rng, max_len))
+    trace = make_trace(np.zeros(n), shape, rng, max_len)
     name = f"c{concurrency:04d}"
     m = await session.run(Level(name, trace, LoadSpec("concurrency", concurrency=concurrency,
                                                       request_timeout_s=budget, deadline_s=budget)), root)

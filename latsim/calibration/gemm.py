@@ -1,10 +1,14 @@
 """Linear-layer GEMMs: ``y = x @ W.T`` for ``x`` of M x K and ``W`` of N x K (``F.linear``).
 
-bf16 runs through ``torch.nn.functional.linear`` (cuBLAS, as vLLM's unquantised layers);
-fp8 through ``torch._scaled_mm`` with per-tensor scales and bf16 output (W8A8 on Hopper and
-later; the activation quantisation kernel vLLM adds is not included).  fp8 points on a GPU
-without it are skipped with the reason recorded.  Weights of one (K, N, dtype) are kept across
-consecutive points (the grid orders points by shape, then M).
+bf16 runs through ``torch.nn.functional.linear`` (cuBLAS, as vLLM's unquantised layers).
+fp8 (W8A8 on Hopper and later), first that works: vLLM's own CUTLASS kernel
+(``vllm._custom_ops.cutlass_scaled_mm``, per-token activation and per-channel weight scales, bf16
+output: what vLLM 0.25.1 runs for FP8 checkpoints on Hopper) when vLLM imports, else
+``torch._scaled_mm`` with per-tensor scales.  The activation quantisation kernel vLLM runs
+before it is not included (the cost model prices it as its own op).  fp8 points on a GPU
+without either are skipped with the reason recorded; ``impl`` names the kernel of each row.
+Weights of one (K, N, dtype) are kept across consecutive points (the grid orders points by
+shape, then M).
 """
 
 from __future__ import annotations
@@ -68,9 +72,32 @@ def _kernel(ctx: BenchContext, dtype: str, xs: list[Any], ws: list[Any]) -> tupl
     if dtype == "bf16":
         linear = torch.nn.functional.linear
         return (lambda i: linear(xs[i % sets], ws[i % sets])), "torch.nn.functional.linear"
+    cutlass = _vllm_cutlass(ctx, xs, ws)
+    if cutlass is not None:
+        return cutlass, "vllm.cutlass_scaled_mm(per-token,per-channel)"
     one = torch.ones((), dtype=torch.float32, device=ctx.device)
 
     def fp8(i: int) -> Any:
         return torch._scaled_mm(xs[i % sets], ws[i % sets].t(), scale_a=one, scale_b=one,
                                 out_dtype=torch.bfloat16)
     return fp8, "torch._scaled_mm(per-tensor)"
+
+
+def _vllm_cutlass(ctx: BenchContext, xs: list[Any], ws: list[Any]) -> Any:
+    """vLLM's CUTLASS W8A8 GEMM over the rotation sets, or None when vLLM or the kernel is missing."""
+    try:
+        from vllm import _custom_ops as ops  # type: ignore[import-not-found]
+    except Exception:  # any import failure: not available
+        return None
+    torch, sets = ctx.torch, len(ws)
+    m, n = xs[0].shape[0], ws[0].shape[0]
+    scale_a = torch.ones((m, 1), dtype=torch.float32, device=ctx.device)
+    scale_b = torch.ones((1, n), dtype=torch.float32, device=ctx.device)
+
+    def fn(i: int) -> Any:
+        return ops.cutlass_scaled_mm(xs[i % sets], ws[i % sets].t(), scale_a, scale_b, out_dtype=torch.bfloat16)
+    try:
+        fn(0)
+    except Exception:  # a shape CUTLASS refuses: torch._scaled_mm
+        return None
+    return fn

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 FAMILIES = ("overhead", "memory", "attention", "moe", "gemm", "comm")
@@ -105,7 +105,14 @@ TINY = GridSpec(
     moe_stride=1, moe_tokens=(1, 8), overhead_kernels=(1, 8), comm_world=(2,), comm_bytes=(4096,),
 )
 
-GRIDS = {g.name: g for g in (FULL, QUICK, TINY)}
+SHAPES = replace(
+    FULL, name="shapes", prefill_configs=99, decode_configs=99, gemm_stride=0, gemm_fp8_stride=0,
+    memory_widths=(), moe_stride=0, overhead_kernels=(), comm_world=(),
+)
+"""The attention-shape study: the full grid's prefill and decode axes over :data:`STUDY_SHAPES`
+(head dims 64-256, GQA ratios 1-8, MHA at every head dim), attention only."""
+
+GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
              {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
@@ -113,6 +120,14 @@ TINY_SHAPES: dict[str, Any] = {
                   {"hq": 2, "hkv": 2, "d": 16, "tags": ["tiny-b/tp1"]}],
     "moe": [{"experts": 4, "top_k": 2, "hidden": 64, "inter": 32, "tags": ["tiny-moe/tp1"]}],
 }
+
+STUDY_SHAPES: dict[str, Any] = {
+    "gemm": [], "moe": [],
+    "attention": [{"hq": hq, "hkv": hkv, "d": d, "tags": ["study"]} for hq, hkv, d in (
+        (16, 16, 64), (32, 32, 64), (32, 8, 64), (32, 32, 80), (32, 8, 80), (16, 16, 96), (32, 32, 96),
+        (32, 8, 96), (32, 32, 128), (32, 4, 128), (8, 8, 256), (16, 8, 256), (32, 16, 256))],
+}
+"""Per-GPU attention shapes of the study grid; several are no catalog model's, on purpose (held out)."""
 
 
 def get_grid(name: str) -> GridSpec:
@@ -136,7 +151,7 @@ def _spread(items: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
 
 def _gemm(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
     ordered = sorted(shapes["gemm"], key=lambda s: (s["K"] * s["N"], s["K"]))
-    for i in range(0, len(ordered), g.gemm_stride):
+    for i in range(0, len(ordered), g.gemm_stride) if g.gemm_stride else ():
         s, dtypes = ordered[i], ["bf16"]
         if g.gemm_fp8_stride and i % g.gemm_fp8_stride == 0 and _fp8_ok(s):
             dtypes.append("fp8")
@@ -175,7 +190,7 @@ def _memory(g: GridSpec) -> Iterator[Point]:
 
 
 def _moe(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
-    for s in shapes["moe"][::g.moe_stride]:
+    for s in shapes["moe"][::g.moe_stride] if g.moe_stride else ():
         for t in g.moe_tokens:
             yield _point("moe", tokens=t, experts=s["experts"], top_k=s["top_k"], hidden=s["hidden"], inter=s["inter"])
 
@@ -197,7 +212,7 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
     if shapes is None:
         from latsim.calibration.shapes import load_shapes
 
-        shapes = TINY_SHAPES if grid.name == "tiny" else load_shapes()
+        shapes = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES}.get(grid.name) or load_shapes()
     out = [*_overhead(grid), *_memory(grid), *_attention(grid, shapes), *_moe(grid, shapes),
            *_gemm(grid, shapes), *_comm(grid)]
     return out

@@ -23,7 +23,7 @@ from latsim.calibration.grid import FAMILIES
 from latsim.calibration.progress import RunDisplay, timing_table
 from latsim.calibration.runner import RunRequest, run_calibration
 
-CAPS_S = {"quick": 80.0, "full": 330.0}
+CAPS_S = {"quick": 80.0, "full": 330.0, "shapes": 150.0}
 WORK = Path("/tmp/latsim-calib")
 
 
@@ -32,7 +32,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--device", default="h200", help="catalog name the GPU must match")
     ap.add_argument("--out", type=Path, required=True, help="folder for the .tar.gz results")
     ap.add_argument("--quick-too", action="store_true", help="run the quick grid before the full one")
-    ap.add_argument("--only", choices=("quick", "full"), help="run just this grid")
+    ap.add_argument("--only", choices=tuple(CAPS_S), help="run just this grid (shapes: the attention-shape study)")
     ap.add_argument("--backend", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--families", default=",".join(FAMILIES),
                     help=f"comma-separated families to run (of {','.join(FAMILIES)})")

@@ -249,6 +249,21 @@ def test_device_script_shapes() -> None:
     assert tr.arrival_s[0] == 0.0 and tr.arrival_s[-1] < 20.0 and 850 < len(tr) < 1150
 
 
+def test_device_script_long_and_prefix_shapes() -> None:
+    dm = device_script()
+    rng = np.random.default_rng(1)
+    inp, _ = dm.sample_lengths(dm.parse_shape("long"), 2000, rng, max_model_len=32768)
+    assert inp.min() >= 1024 and inp.max() <= 24576 and 3000 < np.median(inp) < 5000
+    shape = dm.parse_shape("prefix:len=1024,groups=4")
+    tr = dm.make_trace(np.zeros(400), shape, rng, 8192)
+    assert tr.has_prefixes and set(np.unique(tr.prefix_group)) == {0, 1, 2, 3}
+    assert (tr.prefix_tokens == 1024).all() and (tr.input_tokens > 1024).all()
+    assert not dm.make_trace(np.zeros(5), dm.parse_shape("mix"), rng, 8192).has_prefixes
+    for bad in ("prefix:len=0,groups=4", "prefix:len=8", "longer"):
+        with pytest.raises(ValueError, match="expected 'mix', 'long'"):
+            dm.parse_shape(bad)
+
+
 def test_device_script_flow_with_fake_engine(tmp_path: Path) -> None:
     dm = device_script()
     args = dm.parse_args(["--config-dir", str(tmp_path), "--shape", "fixed:in=32,out=8", "--burst", "20",
