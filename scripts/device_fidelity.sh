@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The fidelity session's device steps (issue: quantized weights, attention shapes, prefix hits,
+# long prompts), one per device command, from the repository root on the H200 machine after the
+# vLLM bundle's parts are in /tmp/b (../shared/DEVICE-VLLM.md):
+#
+#   bash scripts/device_fidelity.sh kernels      # unpack vLLM; attention-shape grid, fp8 GEMMs, quant kernels
+#   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
+#
+# Everything lands in $OUT (at most 8 files come back): calibration tarballs and summaries,
+# quant_kernels.json, <NAME>.tar.gz of the measured run tree, and a log per step.
+set -uo pipefail
+: "${OUT:?OUT must name the output folder}"
+export PYTHONPATH=/tmp/site:. VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+
+unpack() {
+  [ -d /tmp/site/vllm ] && return 0
+  local want got
+  want=$(cut -d' ' -f1 .vllm/vllm.sha256)
+  got=$(cat /tmp/b/vllm.part* | sha256sum | cut -d' ' -f1)
+  [ "$want" = "$got" ] || { echo "bundle checksum mismatch: $got != $want"; return 1; }
+  mkdir -p /tmp/site && cat /tmp/b/vllm.part* | xz -d -T0 | tar -C /tmp/site -xf - || return 1
+  python3 -c "import vllm; print('vllm', vllm.__version__)"
+}
+
+kernels() {
+  unpack || return 1
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/shapes" --only shapes --families attention
+  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/gemm" --only full --families gemm
+  python3 scripts/device_quant_kernels.py
+}
+
+live() {
+  local name=$1; shift
+  unpack || return 1
+  rm -rf "/tmp/m/$name" && mkdir -p "/tmp/m/$name"
+  python3 scripts/device_measure.py --out "/tmp/m/$name" "$@"
+  tar -C /tmp/m -czf "$OUT/$name.tar.gz" "$name"
+  ls -la "$OUT"
+}
+
+step=${1:?usage: device_fidelity.sh kernels | live NAME ARGS...}; shift
+"$step" "$@" 2>&1 | tee -a "$OUT/$step-${1:-all}.log"
