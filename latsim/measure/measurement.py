@@ -30,6 +30,10 @@ import pandas as pd
 from latsim.measure.records import OPTIONAL_KEYS, RECORD_KEYS, RequestRecord
 from latsim.workload.trace import RequestTrace
 
+SIM_STATUS = {"ok": "ok", "timeout": "unfinished", "error": "rejected"}
+"""A client status in the simulator's words: a request the run's deadline cut off never
+finished; one the server refused or failed is counted with the rejected."""
+
 TIMINGS = ("sent", "scheduled")
 SIM_COLUMNS = (
     "request_id", "replica", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s",
@@ -110,7 +114,8 @@ class Measurement:
 
         ``arrival_s`` is the replay arrival, ``output_tokens`` the tokens actually received
         (the timings describe those); what the client cannot see (``first_scheduled_s``,
-        ``cached_tokens``, ``preemptions``) is NaN, and ``replica`` is 0.
+        ``cached_tokens``, ``preemptions``) is NaN, ``replica`` is 0, and ``status`` is the
+        simulator's word for the client's (:data:`SIM_STATUS`).
         """
         rows = self._replay_rows(timing)
         nan = np.full(len(rows), np.nan)
@@ -125,7 +130,7 @@ class Measurement:
             "output_tokens": rows["output_tokens_received"].to_numpy(),
             "cached_tokens": nan.copy(),
             "preemptions": nan.copy(),
-            "status": rows["status"].to_numpy(),
+            "status": rows["status"].map(SIM_STATUS).to_numpy(),
         }, columns=list(SIM_COLUMNS))
 
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:

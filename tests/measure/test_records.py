@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from latsim.measure.measurement import SIM_COLUMNS, Measurement, chunk_itl
 from latsim.measure.records import FORMAT, RequestRecord, load_run, write_run
+from latsim.metrics.per_request import check_records
 
 
 def ok_record(rid: str, sent: float, ttft: float = 0.05, gap: float = 0.01, n: int = 4,
@@ -129,7 +130,8 @@ def test_records_frame_matches_trace_rows() -> None:
     assert frame["output_tokens"].tolist() == [4, 4, 4, 0, 2]  # received
     assert frame["replica"].eq(0).all()
     assert frame[["first_scheduled_s", "cached_tokens", "preemptions"]].isna().all().all()
-    assert frame["status"].tolist() == ["ok", "ok", "ok", "error", "timeout"]
+    assert frame["status"].tolist() == ["ok", "ok", "ok", "rejected", "unfinished"]  # the simulator's words
+    check_records(frame)  # a run with failed and timed-out requests replays (validate read it before)
 
 
 def test_itl_samples_one_token_chunks() -> None:
