@@ -26,7 +26,7 @@ def relative(runs: pd.Series) -> pd.Series:
 
 def model_of(config: str) -> str:
     """The model of a ``<model>-<shape>`` folder: ``llama-3.2-1b`` of ``llama-3.2-1b-mix``."""
-    return re.sub(r"-(fixed-in\d+-out\d+|mix)$", "", config)
+    return re.sub(r"-(fixed-in\d+-out\d+|mix|long|prefix-len\d+-groups\d+)$", "", config)
 
 
 def tp_suffix(root: str) -> str:

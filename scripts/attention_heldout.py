@@ -1,0 +1,67 @@
+"""How the attention regressors of a profile extrapolate to attention shapes they never saw.
+
+    python scripts/attention_heldout.py --profile latsim/data/calibration/h200 \\
+        --rows /tmp/cal/h200-shapes/attention.parquet [--exclude-seen]
+
+Prices every ``ok`` row of ``--rows`` (an attention table, e.g. the ``shapes`` study grid) with
+the profile's fitted ``attn_prefill``/``attn_decode`` regressors and prints the median and P90
+of |predicted / measured - 1| per phase and (hq, hkv, d), marking the shapes the profile's own
+table holds (``seen``).  Decode rows are the ``uniform`` mix, which the cost model prices from.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from latsim import load_device
+from latsim.costmodel.profile.regressors import load_predictors
+from latsim.costmodel.profile.tables import read_shard, shard_path
+
+
+def predicted_s(pred: object, rows: pd.DataFrame, device: object) -> np.ndarray:
+    """The profile's price of each row (seconds), by phase."""
+    out = np.full(len(rows), np.nan)
+    for i, r in enumerate(rows.itertuples()):
+        heads = (int(r.hq), int(r.hkv), int(r.d))
+        if r.phase == "decode":
+            out[i] = pred.attn_decode_s(np.array([float(r.batch)]), np.array([float(r.ctx)]), heads,  # type: ignore[attr-defined]
+                                         2.0, device)[0]
+        else:
+            q, ctx = np.array([float(r.q)]), np.array([float(r.ctx)])
+            d, (hq, hkv) = heads[2], heads[:2]
+            pairs = q * ctx + q * (q + 1) / 2
+            flops, nbytes = 4.0 * d * hq * pairs, 4.0 * d * (q * hq + (q + ctx) * hkv)
+            roof = np.maximum(flops / device.flops_for("bf16"), nbytes / device.hbm_bandwidth)  # type: ignore[attr-defined]
+            out[i] = (roof * pred.attn_prefill_ratio(q, ctx, heads, device))[0]  # type: ignore[attr-defined]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", type=Path, required=True)
+    ap.add_argument("--rows", type=Path, required=True)
+    args = ap.parse_args()
+    pred = load_predictors(args.profile)
+    device = load_device(pred.profile["device"])
+    rows = read_shard(args.rows)
+    rows = rows[(rows["status"] == "ok") & ((rows["phase"] == "prefill") | (rows["mix"] == "uniform"))].copy()
+    seen = read_shard(shard_path(args.profile, "attention"))
+    seen_keys = set(zip(seen["phase"], seen["hq"], seen["hkv"], seen["d"], strict=True))
+    rows["err"] = np.abs(predicted_s(pred, rows, device) / rows["median_s"] - 1.0)
+    rows["seen"] = [(p, hq, hkv, d) in seen_keys for p, hq, hkv, d in
+                    zip(rows["phase"], rows["hq"], rows["hkv"], rows["d"], strict=True)]
+    table = rows.groupby(["phase", "hq", "hkv", "d", "seen"])["err"].agg(
+        rows="size", median="median", p90=lambda e: e.quantile(0.9))
+    print(table.round(3).to_string())
+    for phase, g in rows.groupby("phase"):
+        unseen = g[~g["seen"]]["err"]
+        print(f"{phase}: median |error| {g['err'].median():.1%} (unseen shapes {unseen.median():.1%}, "
+              f"P90 {unseen.quantile(0.9):.1%}, {len(unseen)} rows)")
+
+
+if __name__ == "__main__":
+    main()

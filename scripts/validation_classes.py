@@ -1,0 +1,48 @@
+"""Median |error| per measured configuration (``<model>-<shape>``) from ``latsim validate --out``.
+
+    latsim validate data/validation/h200-fidelity --device h200 --out /tmp/fid
+    python scripts/validation_classes.py /tmp/fid/errors.csv
+
+One row per configuration folder: the median |error| over its Poisson levels of p50/p99 TTFT,
+TPOT and E2E, the number of levels, and the median host probe (ms) of those levels.  The
+README's table of deployment classes (quantized, MHA head dim 96, shared prefixes, long
+prompts) is this output.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+COLS = [(m, s) for m in ("ttft_ms", "tpot_ms", "e2e_ms") for s in ("p50", "p99")]
+
+
+def class_table(errors: pd.DataFrame) -> pd.DataFrame:
+    """Rows per configuration folder, columns ``levels``, ``host_probe_ms`` and the |error| medians (%)."""
+    e = errors[errors["level"].str.startswith("f")].copy()
+    e["config"] = e["run"].str.replace(r"/[^/]+$", "", regex=True).str.replace(r"^.*/", "", regex=True)
+    e["abs"] = e["error"].abs() * 100
+    keep = e[[(m, s) in COLS for m, s in zip(e["metric"], e["stat"], strict=True)]]
+    table = keep.pivot_table(index="config", columns=["metric", "stat"], values="abs", aggfunc="median")
+    table = table[[c for c in COLS if c in table.columns]]
+    table.columns = [f"{m.split('_')[0]} {s}" for m, s in table.columns]
+    levels = e.groupby("config")["run"].nunique().rename("levels")
+    probe = e.groupby("config")["host_probe_ms"].median().rename("host_probe_ms")
+    return pd.concat([levels, probe, table.round(1)], axis=1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("errors", help="errors.csv of `latsim validate --out`")
+    args = ap.parse_args()
+    table = class_table(pd.read_csv(args.errors))
+    print("| configuration | " + " | ".join(table.columns) + " |")
+    print("| --- |" + " --- |" * len(table.columns))
+    for name, row in table.iterrows():
+        cells = [f"{int(row['levels'])}", f"{row['host_probe_ms']:.2f}"] + [f"{v:.1f} %" for v in row.iloc[2:]]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
