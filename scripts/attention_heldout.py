@@ -5,7 +5,7 @@
 
 Prices every ``ok`` row of ``--rows`` (an attention table, e.g. the ``shapes`` study grid) with
 the profile's fitted ``attn_prefill``/``attn_decode`` regressors and prints the median and P90
-of |predicted / measured - 1| per phase and (hq, hkv, d), marking the shapes the profile's own
+of |predicted / measured - 1| (and the signed median) per phase and (hq, hkv, d), marking the shapes the profile's own
 table holds (``seen``).  Decode rows are the ``uniform`` mix, which the cost model prices from.
 """
 
@@ -51,11 +51,13 @@ def main() -> None:
     rows = rows[(rows["status"] == "ok") & ((rows["phase"] == "prefill") | (rows["mix"] == "uniform"))].copy()
     seen = read_shard(shard_path(args.profile, "attention"))
     seen_keys = set(zip(seen["phase"], seen["hq"], seen["hkv"], seen["d"], strict=True))
-    rows["err"] = np.abs(predicted_s(pred, rows, device) / rows["median_s"] - 1.0)
+    rows["signed"] = predicted_s(pred, rows, device) / rows["median_s"] - 1.0
+    rows["err"] = rows["signed"].abs()
     rows["seen"] = [(p, hq, hkv, d) in seen_keys for p, hq, hkv, d in
                     zip(rows["phase"], rows["hq"], rows["hkv"], rows["d"], strict=True)]
-    table = rows.groupby(["phase", "hq", "hkv", "d", "seen"])["err"].agg(
-        rows="size", median="median", p90=lambda e: e.quantile(0.9))
+    groups = rows.groupby(["phase", "hq", "hkv", "d", "seen"])
+    table = groups["err"].agg(rows="size", median="median", p90=lambda e: e.quantile(0.9))
+    table["signed_median"] = groups["signed"].median()
     print(table.round(3).to_string())
     for phase, g in rows.groupby("phase"):
         unseen = g[~g["seen"]]["err"]

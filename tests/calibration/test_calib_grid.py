@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from latsim.calibration.estimate import estimate_seconds
-from latsim.calibration.grid import FULL, QUICK, TINY, get_grid, grid_hash, points
+from latsim.calibration.grid import FULL, QUICK, SHAPES, STUDY_SHAPES, TINY, get_grid, grid_hash, points
 from latsim.calibration.shapes import build_shapes, load_shapes
 from latsim.calibration.timing import rotation_sets
 
@@ -44,3 +44,14 @@ def test_rotation_exceeds_twice_l2() -> None:
     for nbytes in (1e3, 1e6, 3e7, 2e8):
         sets = rotation_sets(nbytes, l2, max_sets=10**6)
         assert sets == 1 if nbytes >= 2 * l2 else sets * nbytes > 2 * l2
+
+
+def test_shape_study_grid_is_attention_over_its_own_shapes() -> None:
+    pts = points(SHAPES)
+    assert {p.family for p in pts} == {"attention"} and len({p.id for p in pts}) == len(pts)
+    heads = {(p.kwargs["phase"], p.kwargs["hq"], p.kwargs["hkv"], p.kwargs["d"]) for p in pts}
+    study = {(s["hq"], s["hkv"], s["d"]) for s in STUDY_SHAPES["attention"]}
+    assert heads == {(phase, *s) for phase in ("prefill", "decode") for s in study}
+    assert {d for _, _, d in study} == {64, 80, 96, 128, 256}
+    assert {d for hq, hkv, d in study if hq == hkv} == {64, 80, 96, 128, 256}  # MHA at every head dim
+    assert sum(estimate_seconds(pts).values()) < 150  # run_device's cap for this grid

@@ -1,0 +1,46 @@
+"""scripts/merge_calibration.py: replace and append a family table, with a source record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from latsim.costmodel.profile.tables import read_shard, shard_path, write_shard
+from tests.script_module import load_script
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "merge_calibration.py"
+
+
+def _folder(path: Path, ids: list[str], impl: str, date: str) -> Path:
+    path.mkdir()
+    rows = [{"point_id": i, "family": "attention", "status": "ok", "impl": impl, "median_s": 1e-5} for i in ids]
+    write_shard(path, "attention", rows)
+    doc = {"date_utc": date, "grid": "g", "grid_hash": "h", "gpu_name": "gpu", "vllm": "0.25.1",
+           "impl": {"attention": [impl]}, "counts": {"attention": {"ok": len(ids)}}}
+    (path / "profile.json").write_text(json.dumps(doc))
+    return path
+
+
+def test_append_keeps_existing_points_and_records_the_source(tmp_path: Path) -> None:
+    merge = load_script(SCRIPT).merge
+    profile = _folder(tmp_path / "profile", ["a", "b"], "old", "2026-01-01")
+    run = _folder(tmp_path / "run", ["b", "c"], "new", "2026-02-02")
+    source = merge(profile, run, "attention", "append")
+    merged = read_shard(shard_path(profile, "attention"))
+    assert merged["point_id"].tolist() == ["a", "b", "c"]
+    assert merged.set_index("point_id").loc["b", "impl"] == "old"  # a point both measured keeps ours
+    assert source["rows_taken"] == 1 and source["run_date_utc"] == "2026-02-02"
+    doc = json.loads((profile / "profile.json").read_text())
+    assert doc["attention_sources"] == [source]
+    assert doc["impl"]["attention"] == ["new", "old"] and doc["counts"]["attention"] == {"ok": 3}
+
+
+def test_replace_swaps_the_table(tmp_path: Path) -> None:
+    merge = load_script(SCRIPT).merge
+    profile = _folder(tmp_path / "profile", ["a", "b"], "old", "2026-01-01")
+    run = _folder(tmp_path / "run", ["c"], "new", "2026-02-02")
+    merge(profile, run, "attention", "replace")
+    assert pd.read_parquet(shard_path(profile, "attention"))["point_id"].tolist() == ["c"]
+    assert json.loads((profile / "profile.json").read_text())["impl"]["attention"] == ["new"]
