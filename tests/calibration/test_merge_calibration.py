@@ -44,3 +44,16 @@ def test_replace_swaps_the_table(tmp_path: Path) -> None:
     merge(profile, run, "attention", "replace")
     assert pd.read_parquet(shard_path(profile, "attention"))["point_id"].tolist() == ["c"]
     assert json.loads((profile / "profile.json").read_text())["impl"]["attention"] == ["new"]
+
+
+def test_replace_only_the_rows_of_one_value(tmp_path: Path) -> None:
+    merge = load_script(SCRIPT).merge
+    profile = _folder(tmp_path / "profile", ["a", "b"], "old", "2026-01-01")
+    run = _folder(tmp_path / "run", ["a", "c"], "new", "2026-02-02")
+    for folder, dtypes in ((profile, ["bf16", "fp8"]), (run, ["bf16", "fp8"])):
+        table = read_shard(shard_path(folder, "attention")).assign(dtype=dtypes)
+        write_shard(folder, "attention", table.to_dict("records"))
+    source = merge(profile, run, "attention", "replace", ("dtype", "fp8"))
+    merged = read_shard(shard_path(profile, "attention")).set_index("point_id")
+    assert merged.index.tolist() == ["a", "c"] and merged.loc["a", "impl"] == "old"  # bf16 stays ours
+    assert merged.loc["c", "impl"] == "new" and source["only"] == "dtype=fp8" and source["rows_taken"] == 1
