@@ -33,7 +33,7 @@ from latsim.atomic import atomic_write, atomic_write_text
 from latsim.calibration import aic_convert as conv
 from latsim.calibration.aic_adjust import faster_than_roofline, less_kv_write
 from latsim.calibration.aic_source import SourceDB, load_source, provenance
-from latsim.calibration.fit import fit_family, fit_profile, model_path, without_floor
+from latsim.calibration.fit import fit_family, fit_frames, fit_profile, model_path, without_floor
 from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.profile.store import PROFILE, load_table, read_json, shipped_profile_dir
 
@@ -177,4 +177,25 @@ def import_profile(
         "memory_xgb_params": MEMORY_XGB,
     }
     atomic_write_text(out / "fit_report.json", json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def refit_imported(folder: Path, device: DeviceSpec, families: tuple[str, ...], seed: int = 0) -> dict[str, Any]:
+    """Re-fit ``families`` of an imported profile with the import's own parameters (:data:`IMPORT_XGB`).
+
+    For a change of a family's features: the other families' models, the memory model fitted on
+    latsim's own H200 rows and the report's ``imported`` record stay as the import wrote them
+    (``latsim calibrate --fit-only`` would re-fit every family with the measured profiles'
+    parameters).  Returns the updated fit report, which is also written.
+    """
+    report = json.loads((folder / "fit_report.json").read_text())
+    floor = float(report.get("timer_floor_s", 0.0))
+    frames = fit_frames(folder)
+    for family in families:
+        if family not in frames:
+            raise ValueError(f"{folder}: no {family!r} table to re-fit; present: {', '.join(frames)}")
+        model, rep = fit_family(family, without_floor(frames[family], floor), device, seed, IMPORT_XGB)
+        model.get_booster().save_model(str(model_path(folder, family)))
+        report["families"][family] = rep
+    atomic_write_text(folder / "fit_report.json", json.dumps(report, indent=1) + "\n")
     return report

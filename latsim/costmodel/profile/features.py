@@ -22,7 +22,7 @@ Cols = Mapping[str, Any] | Any
 MEMORY_OPS = ("rmsnorm", "rotary", "silu_mul", "copy")
 FAMILIES = ("gemm", "attn_prefill", "attn_decode", "memory", "moe")
 COLUMNS: dict[str, tuple[str, ...]] = {
-    "gemm": ("log2_m", "log2_k", "log2_n", "fp8", "log2_intensity", "log2_roofline"),
+    "gemm": ("m_bucket", "log2_m", "log2_k", "log2_n", "fp8", "log2_intensity", "log2_roofline"),
     "attn_prefill": ("log2_q", "log2_ctx", "hq", "hkv", "d", "log2_roofline"),
     "attn_decode": ("log2_batch", "log2_ctx", "skewed", "hq", "hkv", "d", "log2_roofline", "log2_q_heads",
                     "log2_kv_heads", "log2_kv_row", "log2_group"),
@@ -49,13 +49,18 @@ def matrix(family: str, cols: Cols, roof: Arr) -> Arr:
 
     Besides raw shapes, decode attention gets the parallelism the kernel splits over (sequences
     x heads), the KV bytes of one sequence and the GQA group size: with them the held-out-config
-    error halved on the H200 profile (MAPE 34 % -> 16 %).
+    error halved on the H200 profile (MAPE 34 % -> 16 %).  GEMMs get ``m_bucket``, the power of
+    two at or above M (its log2): vLLM's CUTLASS W8A8 kernels pick their tile configuration by it
+    (a GEMM of 129-256 rows runs the configuration of 256), so the time steps there; from M alone
+    a tree puts that step midway between the measured 128 and 192 rows.  It comes first, so
+    that where the rows cannot tell the two apart (no M between two powers of two measured) a
+    split follows the bucket.
     """
     lr = np.log2(np.maximum(roof, 1e-12))
     if family == "gemm":
         m, k, n = _a(cols, "M"), _a(cols, "K"), _a(cols, "N")
         inten = _a(cols, "flops") / np.maximum(_a(cols, "bytes"), 1.0)
-        feats = [_log2(m), _log2(k), _log2(n), _a(cols, "fp8"), _log2(inten), lr]
+        feats = [np.ceil(_log2(m)), _log2(m), _log2(k), _log2(n), _a(cols, "fp8"), _log2(inten), lr]
     elif family == "attn_prefill":
         feats = [_log2(_a(cols, "q")), _log2(_a(cols, "ctx") + 1.0), _a(cols, "hq"), _a(cols, "hkv"), _a(cols, "d"), lr]
     elif family == "attn_decode":
