@@ -7,6 +7,7 @@ Every database here is a small fake written into a tmp folder in the published l
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from latsim.calibration.aic_import import import_profile
+from latsim.calibration.aic_import import import_profile, refit_imported
 from latsim.calibration.aic_source import load_source
 from latsim.catalog import load_device, load_model
 from latsim.cli import main
@@ -311,3 +312,15 @@ def test_rows_faster_than_the_roofline_are_left_out_and_counted(tmp_path: Path) 
     prof = json.loads((tmp_path / "out" / "profile.json").read_text())
     assert prof["adjustments"]["faster_than_roofline_dropped"]["gemm"] >= 1
     assert pd.read_parquet(tmp_path / "out" / "gemm.parquet")["median_s"].min() > 1e-9
+
+
+def test_refit_imported_touches_only_the_named_family(imported: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "copy"
+    shutil.copytree(imported, folder)
+    before = {p.name: p.read_bytes() for p in folder.glob("model_*.json")}
+    report = refit_imported(folder, load_device("h100"), ("gemm",))
+    after = {p.name: p.read_bytes() for p in folder.glob("model_*.json")}
+    assert {n for n in before if before[n] != after[n]} <= {"model_gemm.json"}
+    assert report["imported"]["xgb_params"] and report["families"]["gemm"]["n_test"] > 0
+    with pytest.raises(ValueError, match="no 'comm' table"):
+        refit_imported(folder, load_device("h100"), ("comm",))
