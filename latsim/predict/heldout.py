@@ -48,28 +48,20 @@ def _folds(g: np.ndarray) -> Iterator[np.ndarray]:
         yield g == value
 
 
-def cross_predict(frame: pd.DataFrame, feats: pd.DataFrame, split: str, **fit_args: int) -> pd.DataFrame:
-    """Every row predicted by a surrogate fitted without its group (index of ``frame``)."""
+def cross_predict(frame: pd.DataFrame, static: pd.DataFrame, split: str, **fit_args: float) -> pd.DataFrame:
+    """Every row predicted by a surrogate fitted without its group (index of ``frame``);
+    ``static`` holds the rows' :func:`latsim.predict.features.static_features`."""
+    from latsim.predict.features import features_at
     from latsim.predict.surrogate import fit_surrogate
 
+    qps = frame["qps"].to_numpy(dtype=float)
+    feats = features_at(static, qps)
     g = groups(frame, split)
     parts = []
     for test in _folds(g):
-        model = fit_surrogate(frame[~test], feats[~test], **fit_args)
-        parts.append(_predict_features(model, frame[test], feats[test]))
+        model = fit_surrogate(frame[~test], feats[~test], **fit_args)  # type: ignore[arg-type]
+        parts.append(model.predict_static(static[test], qps[test]))
     return pd.concat(parts).loc[frame.index]
-
-
-def _predict_features(model, frame: pd.DataFrame, feats: pd.DataFrame) -> pd.DataFrame:
-    from latsim.predict.features import FEATURES
-    from latsim.predict.surrogate import baseline_ms
-
-    X = feats[list(FEATURES)].to_numpy(dtype=np.float64)
-    out = pd.DataFrame(index=frame.index)
-    for target, reg in model.regressors.items():
-        out[target] = baseline_ms(feats, target) * np.exp(reg.predict(X))
-    out["stable"] = model.classifier.predict(X).astype(bool)
-    return out
 
 
 def score(frame: pd.DataFrame, feats: pd.DataFrame, predicted: pd.DataFrame) -> dict:
