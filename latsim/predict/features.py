@@ -156,13 +156,14 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
     new_in = max(1.0, mean_in * (1.0 - prefix_share))
     chunk = int(min(new_in, engine.max_num_batched_tokens))
     cached = int(mean_in - new_in)
-    prefill_batch = BatchShape.from_chunks([(chunk, cached)], [])
-    prefill = cost.step_time(prefill_batch) * new_in / chunk
-    # the first token of an idle deployment: the front end, then the prompt's steps, each at
-    # least its launch (a step beyond the CUDA graphs is launched layer by layer) and the tail
-    launch = float(getattr(cost, "launch_s", lambda b: 0.0)(prefill_batch))
+    prefill = cost.step_time(BatchShape.from_chunks([(chunk, cached)], [])) * new_in / chunk
+    # the first token on a lightly loaded deployment: the front end, then the prompt's steps
+    # beside one running decode, each at least its launch (a step beyond the CUDA graphs is
+    # launched layer by layer) and the launch's tail
+    mixed = BatchShape.from_chunks([(chunk, cached)], [int(ctx)])
+    launch = float(getattr(cost, "launch_s", lambda b: 0.0)(mixed))
     tail = float(getattr(cost, "launch_tail_s", 0.0)) if launch > 0.0 else 0.0
-    first_token = float(getattr(cost, "frontend_s", 0.0)) + max(prefill, (launch + tail) * new_in / chunk)
+    first_token = float(getattr(cost, "frontend_s", 0.0)) + max(cost.step_time(mixed), launch + tail) * new_in / chunk
     per_request = mean_out * step_full / seqs + prefill
     capacity = replicas / per_request
     flops = d.device.peak_flops.get(weight_dtype, d.device.peak_flops["bf16"])

@@ -53,10 +53,10 @@ def monotone_signs(sign: int) -> tuple[int, ...]:
 
 def baseline_ms(feats: pd.DataFrame, target: str) -> np.ndarray:
     """The physical figure each target is learned relative to, at the row's rate: TPOT the
-    decode step at the batch the load implies (``log_step_at_load_ms``), TTFT the first token of
-    an idle deployment (``log_first_token_ms``: front end, the mean prompt's prefill, at least its
-    launch) plus one such step, E2E TTFT's plus ``mean_out - 1`` steps, throughput the offered
-    rate up to the estimated capacity.  Every one is non-decreasing in the rate."""
+    decode step at the batch the load implies (``log_step_at_load_ms``), TTFT the first token on
+    a lightly loaded deployment (``log_first_token_ms``: front end, the mean prompt's prefill
+    beside one decode, at least its launch) plus one such step, E2E TTFT's plus ``mean_out - 1``
+    steps, throughput the offered rate up to the estimated capacity.  Every one is non-decreasing in the rate."""
     prefill = np.exp(feats["log_first_token_ms"].to_numpy())
     step = np.exp(feats["log_step_at_load_ms"].to_numpy())
     if target.startswith("ttft"):
