@@ -36,13 +36,14 @@ BATCH_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Decode batches the cost model is priced at (a batch above the cap is priced at the cap)."""
 _QUANTILES = norm.ppf((np.arange(64) + 0.5) / 64)
 
-STATIC_FEATURES = ("log_decode_step_ms", "log_decode_full_ms", "log_prefill_ms", "log_kv_bytes_token",
-                   "log_kv_capacity_tokens", "log_batch", "kv_limited", "log_capacity_rps", "mean_in",
-                   "mean_out", "in_sigma", "out_sigma", "prefix_share", "replicas", "tp", "log_params_active",
-                   "log_bw_per_gpu", "log_flops_per_gpu", "log_max_num_batched_tokens")
+STATIC_FEATURES = ("log_decode_step_ms", "log_decode_full_ms", "log_prefill_ms", "log_first_token_ms",
+                   "log_kv_bytes_token", "log_kv_capacity_tokens", "log_batch", "kv_limited", "log_capacity_rps",
+                   "mean_in", "mean_out", "in_sigma", "out_sigma", "prefix_share", "replicas", "tp",
+                   "log_params_active", "log_bw_per_gpu", "log_flops_per_gpu", "log_max_num_batched_tokens")
 LOAD_FEATURES = ("load", "load_per_batch", "prefill_utilization", "batch_share_at_load", "log_step_at_load_ms")
 FEATURES = STATIC_FEATURES + LOAD_FEATURES
 """Feature names in the order of :func:`features`'s columns; every LOAD_FEATURES entry grows with the rate."""
+_HIDDEN = ("capacity_rps", "batch", *(f"_step_{g}" for g in BATCH_GRID))
 
 
 def length_mean(median: float, sigma: float, clip: tuple[int, int]) -> float:
@@ -62,17 +63,27 @@ def features(frame: pd.DataFrame) -> pd.DataFrame:
 
     Raises ValueError for a missing column or a deployment the catalog or memory plan rejects.
     """
+    return features_at(static_features(frame), frame["qps"].to_numpy(dtype=float))
+
+
+def static_features(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rate-independent part of :func:`features` (same index): :data:`STATIC_FEATURES`, the
+    estimated capacity ``capacity_rps``, the decode ``batch`` cap and the decode step in ms at
+    every batch of :data:`BATCH_GRID` (``_step_<batch>``), from which :func:`features_at` prices
+    any rate without building a cost model again."""
     check_columns(frame)
     rows = [_static(*key) for key in _keys(frame)]
-    hidden = ["capacity_rps", "batch", *(f"_step_{g}" for g in BATCH_GRID)]
-    static = pd.DataFrame(rows, columns=[*STATIC_FEATURES, *hidden], index=frame.index)
-    qps = frame["qps"].to_numpy(dtype=float)
-    load = qps / static["capacity_rps"].to_numpy()
+    return pd.DataFrame(rows, columns=[*STATIC_FEATURES, *_HIDDEN], index=frame.index)
+
+
+def features_at(static: pd.DataFrame, qps: np.ndarray) -> pd.DataFrame:
+    """The :data:`FEATURES` of the rows of ``static`` (:func:`static_features`) at rates ``qps``
+    (req/s, one per row); every :data:`LOAD_FEATURES` entry is non-decreasing in ``qps``."""
+    qps = np.asarray(qps, dtype=float)
     out = static[list(STATIC_FEATURES)].copy()
-    steps = static[[f"_step_{g}" for g in BATCH_GRID]]
-    out["load"] = load
-    out["load_per_batch"] = qps / frame["replicas"].to_numpy(dtype=float) / static["batch"].to_numpy()
-    util, share, step = step_at_load(pd.concat([out, steps], axis=1), qps)
+    out["load"] = qps / static["capacity_rps"].to_numpy()
+    out["load_per_batch"] = qps / static["replicas"].to_numpy() / static["batch"].to_numpy()
+    util, share, step = step_at_load(static, qps)
     out["prefill_utilization"] = util
     out["batch_share_at_load"] = share
     out["log_step_at_load_ms"] = np.log(step)
@@ -146,10 +157,17 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
     chunk = int(min(new_in, engine.max_num_batched_tokens))
     cached = int(mean_in - new_in)
     prefill = cost.step_time(BatchShape.from_chunks([(chunk, cached)], [])) * new_in / chunk
+    # the first token on a lightly loaded deployment: the front end, then the prompt's steps
+    # beside one running decode, each at least its launch (a step beyond the CUDA graphs is
+    # launched layer by layer) and the launch's tail
+    mixed = BatchShape.from_chunks([(chunk, cached)], [int(ctx)])
+    launch = float(getattr(cost, "launch_s", lambda b: 0.0)(mixed))
+    tail = float(getattr(cost, "launch_tail_s", 0.0)) if launch > 0.0 else 0.0
+    first_token = float(getattr(cost, "frontend_s", 0.0)) + max(cost.step_time(mixed), launch + tail) * new_in / chunk
     per_request = mean_out * step_full / seqs + prefill
     capacity = replicas / per_request
     flops = d.device.peak_flops.get(weight_dtype, d.device.peak_flops["bf16"])
-    row = (np.log(step1 * 1e3), np.log(step_full * 1e3), np.log(prefill * 1e3),
+    row = (np.log(step1 * 1e3), np.log(step_full * 1e3), np.log(prefill * 1e3), np.log(first_token * 1e3),
            np.log(_kv_bytes(d)), np.log(kv_tokens), np.log(batch), float(batch < engine.max_num_seqs),
            np.log(capacity), mean_in, mean_out, in_sigma, out_sigma, prefix_share, float(replicas), float(tp),
            np.log(_active_params(d.model)), np.log(d.device.hbm_bandwidth), np.log(flops),

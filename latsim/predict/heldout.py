@@ -8,7 +8,8 @@
 The error of a latency or throughput prediction is ``|predicted / simulated - 1|``; the
 summary is its median (and 90th percentile) over every held-out row, and its median over the
 rows the simulator found stable (past saturation a short run's latencies grow with its length,
-which no per-configuration figure can capture).  Stability is scored as
+which no per-configuration figure can capture), and over the rows whose estimated load is below
+``1 - BOUNDARY``.  Stability is scored as
 the share classified right, over all rows and over rows away from the boundary (load over the
 estimated capacity outside ``[1 - BOUNDARY, 1 + BOUNDARY]``).
 """
@@ -48,40 +49,35 @@ def _folds(g: np.ndarray) -> Iterator[np.ndarray]:
         yield g == value
 
 
-def cross_predict(frame: pd.DataFrame, feats: pd.DataFrame, split: str, **fit_args: int) -> pd.DataFrame:
-    """Every row predicted by a surrogate fitted without its group (index of ``frame``)."""
+def cross_predict(frame: pd.DataFrame, static: pd.DataFrame, split: str, **fit_args: float) -> pd.DataFrame:
+    """Every row predicted by a surrogate fitted without its group (index of ``frame``);
+    ``static`` holds the rows' :func:`latsim.predict.features.static_features`."""
+    from latsim.predict.features import features_at
     from latsim.predict.surrogate import fit_surrogate
 
+    qps = frame["qps"].to_numpy(dtype=float)
+    feats = features_at(static, qps)
     g = groups(frame, split)
     parts = []
     for test in _folds(g):
-        model = fit_surrogate(frame[~test], feats[~test], **fit_args)
-        parts.append(_predict_features(model, frame[test], feats[test]))
+        model = fit_surrogate(frame[~test], feats[~test], **fit_args)  # type: ignore[arg-type]
+        parts.append(model.predict_static(static[test], qps[test]))
     return pd.concat(parts).loc[frame.index]
-
-
-def _predict_features(model, frame: pd.DataFrame, feats: pd.DataFrame) -> pd.DataFrame:
-    from latsim.predict.features import FEATURES
-    from latsim.predict.surrogate import baseline_ms
-
-    X = feats[list(FEATURES)].to_numpy(dtype=np.float64)
-    out = pd.DataFrame(index=frame.index)
-    for target, reg in model.regressors.items():
-        out[target] = baseline_ms(feats, target) * np.exp(reg.predict(X))
-    out["stable"] = model.classifier.predict(X).astype(bool)
-    return out
 
 
 def score(frame: pd.DataFrame, feats: pd.DataFrame, predicted: pd.DataFrame) -> dict:
     """Median and P90 relative error per target, and stability accuracy (all, away from the boundary)."""
     errors = {}
+    light_load = feats["load"].to_numpy() < 1.0 - BOUNDARY
     for target in TARGETS:
         truth = frame[target].to_numpy(dtype=float)
         ok = np.isfinite(truth) & (truth > 0)
         rel = np.abs(predicted[target].to_numpy()[ok] / truth[ok] - 1.0)
         stable = frame["stable"].to_numpy(dtype=bool)[ok]
+        light = light_load[ok]
         errors[target] = {"median": float(np.median(rel)), "p90": float(np.quantile(rel, 0.9)), "n": int(ok.sum()),
-                          "median_stable": float(np.median(rel[stable])), "n_stable": int(stable.sum())}
+                          "median_stable": float(np.median(rel[stable])), "n_stable": int(stable.sum()),
+                          "median_light": float(np.median(rel[light])), "n_light": int(light.sum())}
     right = predicted["stable"].to_numpy() == frame["stable"].to_numpy(dtype=bool)
     away = np.abs(feats["load"].to_numpy() - 1.0) > BOUNDARY
     errors["stable"] = {"accuracy": float(right.mean()), "accuracy_away_from_boundary": float(right[away].mean()),

@@ -169,8 +169,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--num-requests", type=int, default=300)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--limit", type=int, default=None, help="Only the first N points (a smoke run)")
+    parser.add_argument("--seed-offset", type=int, default=0,
+                        help="Add this to every point's seed: a repeat run of the same points, for the noise floor")
     args = parser.parse_args(argv)
     points = read_points(args.points)
+    points["seed"] = points["seed"] + args.seed_offset
     if args.limit is not None:
         points = points.head(args.limit)
     n = run(points, args.out, args.num_requests, args.workers)

@@ -1,11 +1,16 @@
 """The fitted surrogate: physical features in, P50/P90/P99 latencies, throughput and stability out.
 
-Each latency target is learned as ``log(metric / baseline)``, where the baseline is a
-rate-independent figure of the same configuration from its cost model (:func:`baseline_ms`),
-so the trees
-only learn how queueing and batching stretch the physics, which carries over to a model or GPU
-never seen.  Every latency regressor is non-decreasing in the load features (monotone
-constraints), and the stability classifier non-increasing in them.
+Each target is learned as ``log(metric / baseline)``, where the baseline is the same
+configuration's physics at its rate (:func:`baseline_ms`): the decode step at the batch
+Little's law implies at that load for TPOT, the mean prompt's prefill plus that step for
+TTFT, TTFT plus ``mean_out - 1`` steps for E2E, the offered rate up to the estimated capacity
+for throughput.  The trees only learn the correction, which carries over to a model or GPU
+never seen.  The correction is fitted without constraints; monotonicity in load is built
+into :meth:`Surrogate.predict`: each target is evaluated on a fixed grid of loads
+(:data:`LOAD_GRID`, times the deployment's estimated capacity), made non-decreasing along it
+(running maximum) and interpolated linearly at the configuration's own load, so every
+latency and the throughput are non-decreasing in the rate, and P50 <= P90 <= P99.  The
+stability classifier is non-increasing in the load features (monotone constraints).
 
 On disk (:func:`save` / :func:`load_surrogate`): a folder with ``surrogate.json`` (format
 version, feature and target names, training domain, provenance, held-out errors) and one
@@ -24,16 +29,21 @@ import pandas as pd
 
 from latsim.atomic import atomic_write_text
 from latsim.predict.estimators import BoostedStabilityClassifier, MonotoneBoostedRegressor, load_booster, save_booster
-from latsim.predict.features import FEATURES, GRID_COLUMNS, LOAD_FEATURES, features
-from latsim.predict.recipe import LATENCY_TARGETS, TARGETS
+from latsim.predict.features import FEATURES, GRID_COLUMNS, LOAD_FEATURES, features_at, static_features
+from latsim.predict.recipe import TARGETS
 
-FORMAT = "latsim-surrogate/1"
+FORMAT = "latsim-surrogate/2"
 REBUILD = "rebuild with `python -m latsim.predict.train` (models/recipe/README.md)"
 NUMERIC_DOMAIN = ("tp", "replicas", "input_median", "input_sigma", "output_median", "output_sigma", "prefix_share",
                   "max_num_seqs", "max_num_batched_tokens")
 FEATURE_DOMAIN = ("load", "log_params_active", "log_bw_per_gpu", "log_flops_per_gpu", "log_kv_bytes_token")
 """Grid columns and features whose training range bounds the domain (a GPU or model never seen
 is in the domain when its physics lies inside the trained range)."""
+LOAD_GRID = np.round(np.concatenate([np.arange(0.0, 0.8, 0.1), np.arange(0.8, 1.5, 0.05), [1.6, 1.8, 2.0]]), 3)
+"""Loads (offered rate over the estimated capacity) at which :meth:`Surrogate.predict` evaluates
+every target before taking the running maximum; flat past the last one."""
+TREES: dict[str, Any] = {"n_estimators": 100, "max_depth": 4, "learning_rate": 0.1}
+"""Boosting rounds, depth and learning rate of every regressor (the shipped fit's, in :mod:`latsim.predict.train`)."""
 
 
 def monotone_signs(sign: int) -> tuple[int, ...]:
@@ -42,19 +52,20 @@ def monotone_signs(sign: int) -> tuple[int, ...]:
 
 
 def baseline_ms(feats: pd.DataFrame, target: str) -> np.ndarray:
-    """The rate-independent physical figure each target is learned relative to: TPOT one decode
-    step at batch 1, TTFT the mean prompt's prefill plus one such step, E2E TTFT's plus
-    ``mean_out`` steps, throughput the estimated capacity.  (A baseline that grew with load
-    would force the learned ratio to grow too, under the monotone constraint, and underfit.)"""
-    prefill = np.exp(feats["log_prefill_ms"].to_numpy())
-    step = np.exp(feats["log_decode_step_ms"].to_numpy())
+    """The physical figure each target is learned relative to, at the row's rate: TPOT the
+    decode step at the batch the load implies (``log_step_at_load_ms``), TTFT the first token on
+    a lightly loaded deployment (``log_first_token_ms``: front end, the mean prompt's prefill
+    beside one decode, at least its launch) plus one such step, E2E TTFT's plus ``mean_out - 1``
+    steps, throughput the offered rate up to the estimated capacity.  Every one is non-decreasing in the rate."""
+    prefill = np.exp(feats["log_first_token_ms"].to_numpy())
+    step = np.exp(feats["log_step_at_load_ms"].to_numpy())
     if target.startswith("ttft"):
         return prefill + step
     if target.startswith("tpot"):
         return step
     if target.startswith("e2e"):
-        return prefill + (1.0 + feats["mean_out"].to_numpy()) * step
-    return np.exp(feats["log_capacity_rps"].to_numpy())
+        return prefill + np.maximum(feats["mean_out"].to_numpy(), 1.0) * step
+    return np.minimum(feats["load"].to_numpy(), 1.0) * np.exp(feats["log_capacity_rps"].to_numpy())
 
 
 @dataclass
@@ -69,33 +80,74 @@ class Surrogate:
     def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
         """One row per configuration of ``frame`` (the grid's columns): every target, ``stable``,
         ``stable_probability`` and ``in_domain`` (with ``out_of_domain``: the columns outside)."""
-        feats = features(frame)
-        X = feats[list(FEATURES)].to_numpy(dtype=np.float64)
-        out = pd.DataFrame(index=frame.index)
-        for target, reg in self.regressors.items():
-            out[target] = baseline_ms(feats, target) * np.exp(reg.predict(X))
-        proba = self.classifier.predict_proba(X)
-        stable_col = list(self.classifier.classes_).index(True) if True in self.classifier.classes_ else None
-        out["stable_probability"] = proba[:, stable_col] if stable_col is not None else 0.0
-        out["stable"] = out["stable_probability"] >= 0.5
-        reasons = outside_domain(frame, feats, self.domain)
+        static = static_features(frame)
+        qps = frame["qps"].to_numpy(dtype=float)
+        out = self.predict_static(static, qps)
+        reasons = outside_domain(frame, features_at(static, qps), self.domain)
         out["in_domain"] = [not r for r in reasons]
         out["out_of_domain"] = ["; ".join(r) for r in reasons]
         return out
 
+    def predict_static(self, static: pd.DataFrame, qps: np.ndarray) -> pd.DataFrame:
+        """Every target, ``stable_probability`` and ``stable`` of the rows of ``static``
+        (:func:`latsim.predict.features.static_features`) at rates ``qps``."""
+        qps = np.asarray(qps, dtype=float)
+        out = pd.DataFrame(index=static.index)
+        if len(static) == 0:
+            return out.assign(**{t: [] for t in TARGETS}, stable_probability=[], stable=[])
+        codes, first = _distinct(static)
+        distinct = static.iloc[first]
+        capacity = distinct["capacity_rps"].to_numpy()
+        loads = np.tile(LOAD_GRID, len(distinct))
+        grid = features_at(distinct.iloc[np.repeat(np.arange(len(distinct)), len(LOAD_GRID))],
+                           loads * np.repeat(capacity, len(LOAD_GRID)))
+        X = grid[list(FEATURES)].to_numpy(dtype=np.float64)
+        load = qps / static["capacity_rps"].to_numpy()
+        for target, reg in self.regressors.items():
+            raw = (baseline_ms(grid, target) * np.exp(reg.predict(X))).reshape(len(distinct), len(LOAD_GRID))
+            out[target] = _interp_rows(np.maximum.accumulate(raw, axis=1)[codes], load)
+        for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            out[f"{metric}_p90"] = np.maximum(out[f"{metric}_p90"], out[f"{metric}_p50"])
+            out[f"{metric}_p99"] = np.maximum(out[f"{metric}_p99"], out[f"{metric}_p90"])
+        feats = features_at(static, qps)
+        proba = self.classifier.predict_proba(feats[list(FEATURES)].to_numpy(dtype=np.float64))
+        stable_col = list(self.classifier.classes_).index(True) if True in self.classifier.classes_ else None
+        out["stable_probability"] = proba[:, stable_col] if stable_col is not None else 0.0
+        out["stable"] = out["stable_probability"] >= 0.5
+        return out
 
-def fit_surrogate(frame: pd.DataFrame, feats: pd.DataFrame | None = None, *, n_estimators: int = 80,
-                  max_depth: int = 4) -> Surrogate:
-    """Fit every target on simulated rows (the recipe's output: grid columns, targets, ``stable``)."""
-    feats = features(frame) if feats is None else feats
+
+def _distinct(static: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(code of every row, first row of every code)``: rows of equal static features share a code."""
+    hashes = pd.util.hash_pandas_object(static, index=False).to_numpy()
+    codes, uniques = pd.factorize(hashes)
+    first = np.zeros(len(uniques), dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    return codes, first
+
+
+def _interp_rows(values: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """Row ``i`` of ``values`` (one column per :data:`LOAD_GRID` load) interpolated linearly at
+    ``load[i]``; flat outside the grid.  Non-decreasing in ``load`` when every row is."""
+    x = np.clip(load, LOAD_GRID[0], LOAD_GRID[-1])
+    hi = np.clip(np.searchsorted(LOAD_GRID, x), 1, len(LOAD_GRID) - 1)
+    lo = hi - 1
+    w = (x - LOAD_GRID[lo]) / (LOAD_GRID[hi] - LOAD_GRID[lo])
+    rows = np.arange(len(x))
+    return values[rows, lo] * (1.0 - w) + values[rows, hi] * w
+
+
+def fit_surrogate(frame: pd.DataFrame, feats: pd.DataFrame, *, n_estimators: int = 100, max_depth: int = 4,
+                  learning_rate: float = 0.1) -> Surrogate:
+    """Fit every target on simulated rows (the recipe's output: grid columns, targets, ``stable``)
+    whose :func:`latsim.predict.features.features` are ``feats``."""
     X = feats[list(FEATURES)].to_numpy(dtype=np.float64)
     regressors = {}
     for target in TARGETS:
         y = frame[target].to_numpy(dtype=float)
         keep = np.isfinite(y) & (y > 0)
         label = np.log(y[keep] / baseline_ms(feats, target)[keep])
-        sign = 1 if target in LATENCY_TARGETS or target == "throughput_rps" else 0
-        reg = MonotoneBoostedRegressor(n_estimators=n_estimators, max_depth=max_depth, monotone=monotone_signs(sign))
+        reg = MonotoneBoostedRegressor(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate)
         regressors[target] = reg.fit(X[keep], label)
     clf = BoostedStabilityClassifier(monotone=monotone_signs(-1)).fit(X, frame["stable"].to_numpy(dtype=bool))
     return Surrogate(regressors, clf, training_domain(frame, feats))
@@ -175,7 +227,7 @@ def load_surrogate(folder: str | Path | None = None) -> Surrogate:
 
 
 def _regressor(booster: Any) -> MonotoneBoostedRegressor:
-    reg = MonotoneBoostedRegressor(monotone=monotone_signs(1))
+    reg = MonotoneBoostedRegressor()
     reg.booster_ = booster
     reg.n_features_in_ = len(FEATURES)
     _check_width(booster)

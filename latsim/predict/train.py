@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 
 from latsim.atomic import atomic_write_text
-from latsim.predict.features import features
+from latsim.predict.features import features_at, static_features
 from latsim.predict.recipe import TARGETS, read_results
+from latsim.predict.surrogate import TREES
 
 SPLITS = ("configuration", "model_family", "gpu")
-TREES = {"n_estimators": 100, "max_depth": 4}
 
 
 def usable(frame: pd.DataFrame) -> pd.DataFrame:
@@ -44,9 +44,11 @@ def simulator_commit() -> str:
     return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def build_card(frame: pd.DataFrame, feats: pd.DataFrame, live: dict | None) -> dict:
+def build_card(frame: pd.DataFrame, static: pd.DataFrame, live: dict | None) -> dict:
     """The held-out errors under every split, the live comparison, the domain and provenance."""
     from latsim.predict.heldout import cross_predict, score
+
+    feats = features_at(static, frame["qps"].to_numpy(dtype=float))
 
     card: dict = {"trained_utc": datetime.now(UTC).isoformat(timespec="seconds"),
                   "simulator_commit": simulator_commit(), "sample_size": len(frame),
@@ -54,12 +56,31 @@ def build_card(frame: pd.DataFrame, feats: pd.DataFrame, live: dict | None) -> d
                   "design": "models/recipe/points.csv (scrambled Sobol, latsim.predict.design)",
                   "trees": TREES, "stable_share": float(frame["stable"].mean()), "held_out": {}}
     for split in SPLITS:
-        card["held_out"][split] = score(frame, feats, cross_predict(frame, feats, split, **TREES))
+        card["held_out"][split] = score(frame, feats, cross_predict(frame, static, split, **TREES))
         print(f"held out by {split}: " + ", ".join(
             f"{t} {card['held_out'][split][t]['median']:.3f}" for t in TARGETS), flush=True)
     if live is not None:
         card["live"] = live
     return card
+
+
+def noise_card(frame: pd.DataFrame, repeat: pd.DataFrame) -> dict:
+    """Run-to-run noise of the targets: median and P90 of ``|a / b - 1|`` between two runs of the
+    same configurations with different seeds (``frame`` and ``repeat``), over every pair and over
+    the pairs both runs found stable, and how often the two runs' stability verdicts agree."""
+    a = frame.set_index("id")
+    b = usable(repeat).set_index("id")
+    ids = a.index.intersection(b.index)
+    a, b = a.loc[ids], b.loc[ids]
+    both = (a["stable"] & b["stable"]).to_numpy(dtype=bool)
+    out: dict = {"pairs": len(ids), "stable_agreement": float((a["stable"] == b["stable"]).mean())}
+    for target in TARGETS:
+        x, y = a[target].to_numpy(dtype=float), b[target].to_numpy(dtype=float)
+        ok = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+        rel = np.abs(x[ok] / y[ok] - 1.0)
+        out[target] = {"median": float(np.median(rel)), "p90": float(np.quantile(rel, 0.9)),
+                       "median_stable": float(np.median(rel[both[ok]]))}
+    return out
 
 
 def live_card(root: Path, surrogate) -> dict:
@@ -82,13 +103,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("results")
     parser.add_argument("--out", required=True)
     parser.add_argument("--live", default=None, help="data/validation: also score against the live runs")
+    parser.add_argument("--repeat", default=None,
+                        help="the recipe's rows of the same points with other seeds (--seed-offset): the noise floor")
     args = parser.parse_args(argv)
     frame = usable(read_results(args.results))
-    feats = features(frame)
+    static = static_features(frame)
+    feats = features_at(static, frame["qps"].to_numpy(dtype=float))
     surrogate = fit_surrogate(frame, feats, **TREES)
     live = live_card(Path(args.live), surrogate) if args.live else None
-    surrogate.card = build_card(frame, feats, live)
+    surrogate.card = build_card(frame, static, live)
     surrogate.card["domain"] = surrogate.domain
+    if args.repeat:
+        surrogate.card["noise"] = noise_card(frame, read_results(args.repeat))
     save(surrogate, args.out)
     atomic_write_text(Path(args.out) / "CARD.md", write_card_markdown(surrogate.card))
     size = sum(p.stat().st_size for p in Path(args.out).iterdir())
