@@ -4,6 +4,7 @@
 # vLLM bundle's parts are in /tmp/b (../shared/DEVICE-VLLM.md):
 #
 #   bash scripts/device_fidelity.sh kernels      # unpack vLLM; attention-shape grid, fp8 GEMMs, quant kernels
+#   bash scripts/device_fidelity.sh wide         # attention of 48-96 query heads per GPU (grid "wide")
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
 #
 # Everything lands in $OUT (at most 8 files come back): calibration tarballs and summaries,
@@ -30,6 +31,11 @@ kernels() {
   python3 scripts/device_quant_kernels.py
 }
 
+wide() {
+  unpack || return 1
+  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/wide" --only wide --families attention
+}
+
 live() {
   local name=$1; shift
   unpack || return 1
@@ -39,5 +45,5 @@ live() {
   ls -la "$OUT"
 }
 
-step=${1:?usage: device_fidelity.sh kernels | live NAME ARGS...}; shift
+step=${1:?usage: device_fidelity.sh kernels | wide | live NAME ARGS...}; shift
 "$step" "$@" 2>&1 | tee -a "$OUT/$step-${1:-all}.log"

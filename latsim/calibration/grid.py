@@ -112,7 +112,11 @@ SHAPES = replace(
 """The attention-shape study: the full grid's prefill and decode axes over :data:`STUDY_SHAPES`
 (head dims 64-256, GQA ratios 1-8, MHA at every head dim), attention only."""
 
-GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES)}
+WIDE = replace(SHAPES, name="wide")
+"""Attention of many query heads per GPU (48-96, GQA 4-12, head dim 128) with a control shape
+the full grid holds (40/8/128): the 70B-class models at TP 1, beyond the full grid's 40 heads."""
+
+GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
              {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
@@ -128,6 +132,11 @@ STUDY_SHAPES: dict[str, Any] = {
         (32, 8, 96), (32, 32, 128), (32, 4, 128), (8, 8, 256), (16, 8, 256), (32, 16, 256))],
 }
 """Per-GPU attention shapes of the study grid; several are no catalog model's, on purpose (held out)."""
+WIDE_SHAPES: dict[str, Any] = {
+    "gemm": [], "moe": [],
+    "attention": [{"hq": hq, "hkv": hkv, "d": 128, "tags": ["wide"]}
+                  for hq, hkv in ((40, 8), (48, 8), (64, 8), (64, 16), (96, 8))],
+}
 
 
 def get_grid(name: str) -> GridSpec:
@@ -212,7 +221,7 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
     if shapes is None:
         from latsim.calibration.shapes import load_shapes
 
-        shapes = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES}.get(grid.name) or load_shapes()
+        shapes = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES, "wide": WIDE_SHAPES}.get(grid.name) or load_shapes()
     out = [*_overhead(grid), *_memory(grid), *_attention(grid, shapes), *_moe(grid, shapes),
            *_gemm(grid, shapes), *_comm(grid)]
     return out
