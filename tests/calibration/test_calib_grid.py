@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from latsim.calibration.estimate import estimate_seconds
-from latsim.calibration.grid import FULL, QUICK, SHAPES, STUDY_SHAPES, TINY, get_grid, grid_hash, points
+from latsim.calibration.grid import FULL, QUICK, SHAPES, STUDY_SHAPES, TINY, WIDE, get_grid, grid_hash, points
 from latsim.calibration.shapes import build_shapes, load_shapes
 from latsim.calibration.timing import rotation_sets
 
@@ -55,3 +55,9 @@ def test_shape_study_grid_is_attention_over_its_own_shapes() -> None:
     assert {d for _, _, d in study} == {64, 80, 96, 128, 256}
     assert {d for hq, hkv, d in study if hq == hkv} == {64, 80, 96, 128, 256}  # MHA at every head dim
     assert sum(estimate_seconds(pts).values()) < 150  # run_device's cap for this grid
+
+
+def test_wide_grid_holds_a_control_shape_of_the_full_grid() -> None:
+    wide = {(p.kwargs["phase"], p.kwargs["hq"], p.kwargs["hkv"]) for p in points(WIDE)}
+    full = {(p.kwargs["phase"], p.kwargs["hq"], p.kwargs["hkv"]) for p in points(FULL) if p.family == "attention"}
+    assert ("decode", 40, 8) in wide & full and ("decode", 64, 8) in wide - full
