@@ -157,6 +157,6 @@ def test_interval_advice_asks_for_longer_runs_when_tail_episodes_are_few() -> No
            "itl_ms": {"ci_tail_clusters": None, "ci_n": 5}}
     advice = interval_advice(few, 1000)
     assert advice["reliable"] is False and advice["tail_episodes_per_section"] == 1.0
-    assert advice["suggested_requests_per_run"] == 2000 and "2000 requests per replication" in advice["advice"]
-    enough = interval_advice({"ttft_ms": {"ci_tail_clusters": 15, "ci_n": 5}}, 1000)
+    assert advice["suggested_requests_per_run"] == 3000 and "3000 requests per replication" in advice["advice"]
+    enough = interval_advice({"ttft_ms": {"ci_tail_clusters": 15.0, "ci_n": 5}}, 1000)
     assert enough == {"reliable": True, "tail_episodes_per_section": 3.0}
