@@ -50,7 +50,7 @@ model at 0.8x: TTFT 1.3, 0.75; TPOT 3.8, 0.95; E2E 6.6, 0.975.  At 3,000 request
 threshold of 3, conservative for M/M/1.  A rule applied to each prediction cannot be
 finer than that: within one setting, the experiments counting more episodes covered *less*
 often (a low pooled P99 puts the threshold among the less clustered moderate values), so the
-threshold is set where nearly every short run at these loads is rerun longer.
+threshold is set where nearly every 1,000-request run at 0.7-0.8x is rerun longer.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ MIN_BATCH_REQUESTS = 100
 MAX_BATCHES = 20
 MIN_SECTIONS = 2
 MIN_TAIL_CLUSTERS_PER_SECTION = 3.0
-"""Fewest separate P99 exceedance episodes per section for ``ci_reliable`` (module docstring)."""
+"""Fewest independent P99 exceedance episodes per section for ``ci_reliable`` (module docstring)."""
 
 COVERS = {
     "replications": "the long-run percentile of this workload's process on this deployment "
