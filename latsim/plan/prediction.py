@@ -3,13 +3,15 @@
 A synthetic workload runs ``replications`` independent replications (other seeds of the
 arrival and length processes, :func:`latsim.plan.replicate.replicate`); a trace is replayed once
 with batch-means intervals (:func:`latsim.plan.replicate.replay`).  When the replications were
-too short for their P99 intervals to rest on enough separate tail episodes (``intervals.reliable``
-false) and the user did not fix the request count, they are run once more at the suggested length
-(at most :data:`MAX_AUTO_REQUESTS` per replication); ``intervals.extended_from`` then says so.
+too short for their P99 intervals (``intervals.reliable`` false:
+:func:`latsim.plan.replicate.interval_advice`) and the user did not fix the request count, they
+are run once more at the suggested length (:func:`latsim.plan.replicate.replicate_long_enough`:
+at most 6,000 requests per replication); ``intervals.extended_from`` then says so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +21,17 @@ from latsim.config import Settings
 from latsim.deployment import Deployment, resolve_engine
 from latsim.metrics.summary import SLO
 from latsim.plan.inputs import describe_inputs
-from latsim.plan.replicate import DEFAULT_REPLICATIONS, ReplicatedPrediction, replay, replicate, synthetic_traces
+from latsim.plan.replicate import (
+    DEFAULT_REPLICATIONS,
+    ReplicatedPrediction,
+    replay,
+    replicate,
+    replicate_long_enough,
+    synthetic_traces,
+)
 from latsim.registry import engine_spec
 from latsim.scenario import DEFAULT_NUM_REQUESTS, build_deployment, build_trace
-
-MAX_AUTO_REQUESTS = 6000
-"""The most requests per replication an automatic lengthening runs (the CPU cost grows with it)."""
+from latsim.workload.trace import RequestTrace
 
 
 @dataclass(frozen=True)
@@ -70,21 +77,19 @@ def _replicated(deployment: Deployment, s: Settings, slo: SLO | None, replicatio
                 seed: int) -> ReplicatedPrediction:
     requests = s.num_requests or DEFAULT_NUM_REQUESTS
     if replications == 1:  # one synthetic run: batch means, as for a trace
-        return replay(deployment, _traces(s, requests, seed)(0), seed=seed, slo=slo)
-    result = replicate(deployment, _traces(s, requests, seed), replications, seed, slo)
-    advice = result.summary["intervals"]
-    longer = min(int(advice.get("suggested_requests_per_run") or 0), MAX_AUTO_REQUESTS)
-    if s.num_requests is None and result.stability.stable and not advice["reliable"] and longer > requests:
-        result = replicate(deployment, _traces(s, longer, seed), replications, seed, slo)
-        result.summary["intervals"]["extended_from"] = requests
-    return result
+        return replay(deployment, _traces(s, seed)(requests)(0), seed=seed, slo=slo)
+    if s.num_requests is not None:  # the user fixed the length
+        return replicate(deployment, _traces(s, seed)(requests), replications, seed, slo)
+    return replicate_long_enough(deployment, _traces(s, seed), requests, replications, seed, slo)
 
 
-def _traces(s: Settings, requests: int, seed: int):
+def _traces(s: Settings, seed: int) -> Callable[[int], Callable[[int], RequestTrace]]:
+    """``requests -> make_trace`` for the settings' synthetic workload."""
     inputs = s.input_len if s.input_len is not None else s.input_dist
     outputs = s.output_len if s.output_len is not None else s.output_dist
     assert s.qps is not None and inputs is not None and outputs is not None
-    return synthetic_traces(s.qps, requests, s.arrival or "poisson", inputs, outputs, seed)
+    qps, arrival = s.qps, s.arrival or "poisson"
+    return lambda requests: synthetic_traces(qps, requests, arrival, inputs, outputs, seed)
 
 
 def _records(result: ReplicatedPrediction) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from latsim.metrics.stability import (
     TOLERANCE,
     pooled_verdict,
     stability_verdict,
+    steady_latency_window_s,
     steady_start_s,
 )
 from latsim.scenario import DEFAULTS, build_deployment, build_trace
@@ -105,6 +106,29 @@ def test_steady_start_leaves_out_the_warm_up() -> None:
     everything_rejected = records.assign(status="rejected")
     with pytest.raises(ValueError, match="every request was rejected"):
         steady_start_s(everything_rejected)
+
+
+def test_latency_window_leaves_out_the_drain() -> None:
+    """It ends one run-P99 sojourn before the last arrival: a request arriving by then either
+    finished before the last arrival or had already waited longer than that P99."""
+    records = mm1_records(0.7, 1.0, 3000, np.random.default_rng(5))
+    start, end = steady_latency_window_s(records)
+    sojourn = (records["finish_s"] - records["arrival_s"]).to_numpy()
+    p99 = np.percentile(sojourn, 99, method="inverted_cdf")
+    last = records["arrival_s"].max()
+    assert start == steady_start_s(records) and end == pytest.approx(last - p99)
+    kept = records[records["arrival_s"].between(start, end)]
+    assert ((kept["finish_s"] <= last) | (kept["finish_s"] - kept["arrival_s"] >= p99)).all()
+
+
+def test_latency_window_keeps_half_the_steady_window_of_an_overloaded_run() -> None:
+    records = mm1_records(3.0, 1.0, 1000, np.random.default_rng(6))
+    start, end = steady_latency_window_s(records)
+    arrival = np.sort(records["arrival_s"].to_numpy())
+    first = int(np.searchsorted(arrival, start))
+    assert end == arrival[first + (len(arrival) - 1 - first) // 2]
+    with pytest.raises(ValueError, match="every request was rejected"):
+        steady_latency_window_s(records.assign(status="rejected"))
 
 
 def test_pooled_verdict_sums_counts_and_keeps_the_thresholds() -> None:
