@@ -6,6 +6,10 @@ engine limits of its ``meta.json``, the H200, the offered rate, and its workload
 answers from that row; the simulator answers on the synthetic trace the recipe would draw for
 the same row (:func:`latsim.predict.recipe.trace_for`), so both see the same summary of the
 workload.  Measured P50/P99 TTFT and P99 TPOT come from the run's ``summary.json``.
+
+Levels the grid's columns cannot describe are left out: a model that is no catalog name (e.g.
+an FP8 checkpoint's own config) and workloads other than ``fixed``, ``mix`` and ``long``
+lognormal lengths (shared prefixes: the run's prefix groups are not a ``prefix_share``).
 """
 
 from __future__ import annotations
@@ -20,15 +24,24 @@ MEASURED = {"ttft_ms_p50": "ttft_p50", "ttft_ms_p99": "ttft_p99", "tpot_ms_p99":
 """Surrogate target -> the measured field of ``summary.json`` it is compared with."""
 
 
+DESCRIBED_SHAPES = ("fixed", "mix", "long")
+"""Workload shapes a grid row's length columns describe."""
+
+
 def live_rows(root: str | Path) -> pd.DataFrame:
-    """One row per measured Poisson level under ``root``: grid columns, ``run``, measured metrics."""
-    rows = []
+    """One row per measured Poisson level under ``root`` the grid can describe (see the module
+    note): grid columns, ``run``, measured metrics."""
+    from latsim.catalog import list_models
+
+    catalog, rows = set(list_models()), []
     for summary_path in sorted(Path(root).glob("*/*/summary.json")):
         levels = {s["level"]: s for s in json.loads(summary_path.read_text())}
         for meta_path in sorted(summary_path.parent.glob("f*/meta.json")):
             meta = json.loads(meta_path.read_text())
             level = levels.get(meta["level"])
             if level is None or not level.get("completed"):
+                continue
+            if meta["model"]["name"] not in catalog or meta["workload"]["shape"]["kind"] not in DESCRIBED_SHAPES:
                 continue
             rows.append(_row(meta, level, str(meta_path.parent.relative_to(root))))
     return pd.DataFrame(rows)

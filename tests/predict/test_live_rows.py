@@ -1,0 +1,19 @@
+"""latsim.predict.live.live_rows: which live levels the surrogate is scored on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from latsim.predict.live import live_rows
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "validation"
+
+
+def test_levels_the_grid_cannot_describe_are_left_out() -> None:
+    rows = live_rows(DATA)
+    runs = rows["run"].tolist()
+    assert not any("70b-fp8" in r for r in runs)  # an FP8 checkpoint's own config: no catalog name
+    assert not any("prefix-len" in r for r in runs)  # prefix groups are not a prefix_share
+    long = rows[rows["run"].str.contains("llama-3.1-8b-long/")]
+    assert len(long) == 4 and (long["input_sigma"] > 0).all() and (long["input_median"] == 4096).all()
+    assert rows["qps"].gt(0).all() and rows["measured_ttft_ms_p50"].gt(0).all()
