@@ -86,7 +86,7 @@ def _kernel(ctx: BenchContext, dtype: str, xs: list[Any], ws: list[Any]) -> tupl
 def _vllm_cutlass(ctx: BenchContext, xs: list[Any], ws: list[Any]) -> Any:
     """vLLM's CUTLASS W8A8 GEMM over the rotation sets, or None when vLLM or the kernel is missing."""
     try:
-        from vllm import _custom_ops as ops  # type: ignore[import-not-found]
+        from vllm import _custom_ops as ops
     except Exception:  # any import failure: not available
         return None
     torch, sets = ctx.torch, len(ws)
