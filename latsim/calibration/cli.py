@@ -129,9 +129,21 @@ def _fit(folder: Path | None, device: str, console: Console) -> dict[str, Any]:
         folder = shipped_profile_dir(load_device(device).name)
     prof = read_profile(folder)
     spec = detect_device(str(prof["gpu_name"])) if device == "auto" else load_device(device)
-    report = fit_profile(folder, spec)
+    if (prof.get("source") or {}).get("kind") == "imported":
+        report = _refit_imported(folder, spec)
+    else:
+        report = fit_profile(folder, spec)
     console.print(fit_table(report, f"held-out error, {spec.name} profile {folder}"))
     return report
+
+
+def _refit_imported(folder: Path, spec: Any) -> dict[str, Any]:
+    """An imported profile re-fits with the import's own parameters; its memory model (fitted on
+    latsim's H200 rows at import) and fixed costs stay as the import wrote them."""
+    from latsim.calibration.aic_import import refit_imported
+    from latsim.calibration.fit import fit_frames
+
+    return refit_imported(folder, spec, tuple(f for f in fit_frames(folder) if f != "memory"))
 
 
 def fit_table(report: dict[str, Any], title: str) -> Table:

@@ -324,3 +324,15 @@ def test_refit_imported_touches_only_the_named_family(imported: Path, tmp_path: 
     assert report["imported"]["xgb_params"] and report["families"]["gemm"]["n_test"] > 0
     with pytest.raises(ValueError, match="no 'comm' table"):
         refit_imported(folder, load_device("h100"), ("comm",))
+
+
+def test_fit_only_on_an_imported_profile_reproduces_the_import(imported: Path, tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from latsim.calibration.cli import calibrate_command
+
+    folder = tmp_path / "copy"
+    shutil.copytree(imported, folder)
+    before = {p.name: p.read_bytes() for p in folder.glob("model_*.json")}
+    calibrate_command(device="h100", fit_only=True, profile=folder, console=Console(quiet=True))
+    assert {p.name: p.read_bytes() for p in folder.glob("model_*.json")} == before  # import's params, memory kept
