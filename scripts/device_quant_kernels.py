@@ -3,7 +3,10 @@
 W8A8 linear layers quantize their bf16 input before the CUTLASS GEMM; the cost model prices
 the one input no fused kernel produces as its ``act_quant`` op (:mod:`latsim.costmodel.ops`).
 This prints, per (tokens, width), the kernel's median time and its achieved bandwidth, and
-writes ``$OUT/quant_kernels.json`` for the comparison with that op's pricing.
+writes ``$OUT/quant_kernels.json`` for the comparison with that op's pricing.  Each call is an
+eager Python call between two CUDA events, so below about 2,000 tokens the figure is the
+launch (about 35 us on the lent H200), not the kernel; inside vLLM's CUDA graphs the launch is
+not paid.
 
     PYTHONPATH=/tmp/site:. python3 scripts/device_quant_kernels.py
 """
