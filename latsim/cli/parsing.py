@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, get_type_hints
+
+from latsim.flagvalues import positive_number
 
 
 def names(option: str, text: str) -> tuple[str, ...]:
@@ -77,10 +78,5 @@ def rates(option: str, text: str, points: int = 8) -> tuple[float, ...]:
 
 
 def _rate(option: str, text: str, item: str) -> float:
-    try:
-        value = float(item)
-    except ValueError:
-        raise ValueError(f"{option} {text!r}: {item.strip()!r} is not a request rate (req/s)") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{option} {text!r}: rates must be finite numbers > 0, got {item.strip()}")
-    return value
+    return positive_number(item, f"{option} {text!r}: {item.strip()!r} is not a request rate (req/s)",
+                           f"{option} {text!r}: rates must be finite numbers > 0, got {item.strip()}")

@@ -6,7 +6,6 @@ Every :class:`Price` says where it came from, so a cost column can name the pric
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from latsim.catalog.lookup import load_device
+from latsim.flagvalues import positive_number
 from latsim.paths import DATA
 
 PRICES_FILE = DATA / "prices.yaml"
@@ -78,12 +78,8 @@ def parse_price_overrides(specs: list[str] | None) -> dict[str, float]:
             name, sep, value = item.partition("=")
             if not sep or not name.strip():
                 raise ValueError(f"--price {item!r}: expected GPU=USD_PER_HOUR, e.g. h100=2.49")
-            try:
-                usd = float(value)
-            except ValueError:
-                raise ValueError(f"--price {item!r}: {value!r} is not a number of USD per GPU-hour") from None
-            if not (math.isfinite(usd) and usd > 0):
-                raise ValueError(f"--price {item!r}: the price must be a finite number > 0")
+            usd = positive_number(value, f"--price {item!r}: {value!r} is not a number of USD per GPU-hour",
+                                  f"--price {item!r}: the price must be a finite number > 0")
             out[load_device(name.strip()).name] = usd
     return out
 

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from latsim.flagvalues import positive_number
+
 METRICS = ("ttft", "tpot", "itl", "e2e", "queue")
 STATS = ("p50", "p90", "p95", "p99", "mean")
 EXAMPLE = "ttft_p99_ms=1000,tpot_p99_ms=80"
@@ -77,12 +79,8 @@ def parse_slo(spec: str) -> PlanSLO:
         if len(pieces) != 3 or pieces[0] not in METRICS or pieces[1] not in STATS or pieces[2] != "ms":
             raise ValueError(f"--slo: metric {key.strip()!r} does not exist; accepted: <metric>_<stat>_ms with "
                              f"metric in {', '.join(METRICS)} and stat in {', '.join(STATS)}, e.g. {EXAMPLE}")
-        try:
-            limit = float(value)
-        except ValueError:
-            raise ValueError(f"--slo {part!r}: {value.strip()!r} is not a number of milliseconds") from None
-        if not (math.isfinite(limit) and limit > 0):
-            raise ValueError(f"--slo {part!r}: the limit must be a finite number of milliseconds > 0")
+        limit = positive_number(value, f"--slo {part!r}: {value.strip()!r} is not a number of milliseconds",
+                                f"--slo {part!r}: the limit must be a finite number of milliseconds > 0")
         target = Target(pieces[0], pieces[1], limit)
         targets[target.name] = target
     if not targets:
