@@ -18,25 +18,26 @@ import numpy as np
 import pandas as pd
 
 from latsim import load_device
-from latsim.costmodel.profile.regressors import load_predictors
+from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.profile.features import roofline_s
+from latsim.costmodel.profile.regressors import Predictors, load_predictors
 from latsim.costmodel.profile.tables import read_shard, shard_path
 
 
-def predicted_s(pred: object, rows: pd.DataFrame, device: object) -> np.ndarray:
-    """The profile's price of each row (seconds), by phase."""
+def predicted_s(pred: Predictors, rows: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
+    """The profile's price of each row (seconds): one regressor call per phase and head shape."""
     out = np.full(len(rows), np.nan)
-    for i, r in enumerate(rows.itertuples()):
-        heads = (int(r.hq), int(r.hkv), int(r.d))
-        if r.phase == "decode":
-            out[i] = pred.attn_decode_s(np.array([float(r.batch)]), np.array([float(r.ctx)]), heads,  # type: ignore[attr-defined]
-                                         2.0, device)[0]
-        else:
-            q, ctx = np.array([float(r.q)]), np.array([float(r.ctx)])
-            d, (hq, hkv) = heads[2], heads[:2]
-            pairs = q * ctx + q * (q + 1) / 2
-            flops, nbytes = 4.0 * d * hq * pairs, 4.0 * d * (q * hq + (q + ctx) * hkv)
-            roof = np.maximum(flops / device.flops_for("bf16"), nbytes / device.hbm_bandwidth)  # type: ignore[attr-defined]
-            out[i] = (roof * pred.attn_prefill_ratio(q, ctx, heads, device))[0]  # type: ignore[attr-defined]
+    for (phase, hq, hkv, d), group in rows.groupby(["phase", "hq", "hkv", "d"]):
+        heads, at = (int(hq), int(hkv), int(d)), rows.index.get_indexer(group.index)
+        ctx = group["ctx"].to_numpy(dtype=float)
+        if phase == "decode":
+            out[at] = pred.attn_decode_s(group["batch"].to_numpy(dtype=float), ctx, heads, 2.0, device)
+            continue
+        q = group["q"].to_numpy(dtype=float)
+        pairs = q * ctx + q * (q + 1) / 2
+        roof = roofline_s(4.0 * d * hq * pairs, 4.0 * d * (q * hq + (q + ctx) * hkv), device.flops_for("bf16"),
+                          device.hbm_bandwidth)
+        out[at] = roof * pred.attn_prefill_ratio(q, ctx, heads, device)
     return out
 
 
@@ -48,7 +49,8 @@ def main() -> None:
     pred = load_predictors(args.profile)
     device = load_device(pred.profile["device"])
     rows = read_shard(args.rows)
-    rows = rows[(rows["status"] == "ok") & ((rows["phase"] == "prefill") | (rows["mix"] == "uniform"))].copy()
+    rows = rows[(rows["status"] == "ok") & ((rows["phase"] == "prefill") | (rows["mix"] == "uniform"))]
+    rows = rows.reset_index(drop=True)
     seen = read_shard(shard_path(args.profile, "attention"))
     seen_keys = set(zip(seen["phase"], seen["hq"], seen["hkv"], seen["d"], strict=True))
     rows["signed"] = predicted_s(pred, rows, device) / rows["median_s"] - 1.0
