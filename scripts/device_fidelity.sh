@@ -6,6 +6,7 @@
 #   bash scripts/device_fidelity.sh kernels      # unpack vLLM; attention-shape grid, fp8 GEMMs, quant kernels
 #   bash scripts/device_fidelity.sh wide         # attention of 48-96 query heads per GPU (grid "wide")
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
+#   bash scripts/device_fidelity.sh trace NAME ARGS...  # scripts/device_trace.py ARGS into $OUT/NAME.tar.gz
 #
 # Everything lands in $OUT (at most 8 files come back): calibration tarballs and summaries,
 # quant_kernels.json, <NAME>.tar.gz of the measured run tree, and a log per step.
@@ -45,5 +46,18 @@ live() {
   ls -la "$OUT"
 }
 
-step=${1:?usage: device_fidelity.sh kernels | wide | live NAME ARGS...}; shift
+trace() {
+  local name=$1; shift
+  unpack || return 1
+  rm -rf "/tmp/t/$name" && mkdir -p "/tmp/t/$name"
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  python3 scripts/device_trace.py --out "/tmp/t/$name" "$@"
+  # the step tables and timings always; raw profiler traces only while the bundle stays small
+  find "/tmp/t/$name/torch" -type f -size +3M -delete 2>/dev/null
+  tar -C /tmp/t -czf "$OUT/$name.tar.gz" "$name"
+  [ "$(stat -c %s "$OUT/$name.tar.gz")" -lt 15000000 ] || tar -C /tmp/t -czf "$OUT/$name.tar.gz" --exclude=torch "$name"
+  ls -la "$OUT"
+}
+
+step=${1:?usage: device_fidelity.sh kernels | wide | live NAME ARGS... | trace NAME ARGS...}; shift
 "$step" "$@" 2>&1 | tee -a "$OUT/$step-${1:-all}.log"

@@ -158,9 +158,17 @@ class Recorder:
         self.status: str | None = None
         self.error: str | None = None
         self.finish_s: float | None = None
+        self.engine: dict[str, float] = {}
 
     def now(self) -> float:
         return self._clock()
+
+    def engine_time(self, name: str, monotonic_s: float) -> None:
+        """The engine's own timestamp ``name`` (one of records.ENGINE_KEYS), given on the
+        system's monotonic clock, kept on this recorder's clock; the first value wins."""
+        if name not in self.engine and monotonic_s > 0:
+            offset = time.monotonic() - self._clock()
+            self.engine[name] = round(monotonic_s - offset, 6)
 
     def mark_sent(self) -> None:
         self.sent_s = self._clock()
@@ -198,7 +206,7 @@ class Recorder:
             first_token_s=self.times[0] if self.times else None,
             chunk_times_s=tuple(self.times), chunk_tokens=known, finish_s=self.finish_s,
             status=self.status or "error", error=self.error,
-            prefix_group=spec.prefix_group, prefix_tokens=spec.prefix_tokens,
+            prefix_group=spec.prefix_group, prefix_tokens=spec.prefix_tokens, **self.engine,
         )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from latsim.measure.records import OPTIONAL_KEYS, RECORD_KEYS, RequestRecord
+from latsim.measure.records import ENGINE_KEYS, OPTIONAL_KEYS, RECORD_KEYS, RequestRecord
 from latsim.workload.trace import RequestTrace
 
 SIM_STATUS = {"ok": "ok", "timeout": "unfinished", "error": "rejected"}
@@ -39,7 +39,7 @@ SIM_COLUMNS = (
     "request_id", "replica", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s",
     "input_tokens", "output_tokens", "cached_tokens", "preemptions", "status",
 )
-_FLOAT_KEYS = ("arrival_s", "sent_s", "first_token_s", "finish_s")
+_FLOAT_KEYS = ("arrival_s", "sent_s", "first_token_s", "finish_s", *ENGINE_KEYS)
 _INT_KEYS = ("input_tokens", "output_tokens", "output_tokens_received", *OPTIONAL_KEYS)
 
 
@@ -69,7 +69,7 @@ class Measurement:
         """Build from validated records (each is validated again here)."""
         for rec in records:
             rec.validate()
-        columns = (*RECORD_KEYS, *OPTIONAL_KEYS)
+        columns = (*RECORD_KEYS, *OPTIONAL_KEYS, *ENGINE_KEYS)
         frame = pd.DataFrame({c: pd.Series([getattr(r, c) for r in records], dtype=_dtype(c))
                               for c in columns}, columns=list(columns))
         return Measurement(meta=dict(meta), requests=frame, source=source)

@@ -14,6 +14,12 @@ A run directory holds two files:
     seen otherwise.  ``output_tokens`` is what was asked for, ``output_tokens_received`` what
     came back.  ``status`` is ``"ok"``, ``"error"`` or ``"timeout"`` with ``error`` a message.
     Optional ``prefix_group`` / ``prefix_tokens`` (default -1 / 0) carry prefix sharing.
+    Optional engine-side times (default ``null``: the engine did not say), on the same clock as
+    the client's: ``engine_queued_s`` the engine core queued the request, ``engine_scheduled_s``
+    its first scheduled step began, ``engine_first_token_s`` / ``engine_last_token_s`` the engine
+    core emitted the step output carrying its first / last token.  With them TTFT splits into
+    front-end (``sent_s`` to queued), queue, prefill (scheduled to first token) and output path
+    (engine first token to ``first_token_s``).
 
 ``meta.json``
     One object: ``format`` (:data:`FORMAT`), ``driver``, ``num_requests``, and free-form run
@@ -50,6 +56,8 @@ RECORD_KEYS = (
     "first_token_s", "chunk_times_s", "chunk_tokens", "finish_s", "status", "error",
 )
 OPTIONAL_KEYS = {"prefix_group": -1, "prefix_tokens": 0}
+ENGINE_KEYS = ("engine_queued_s", "engine_scheduled_s", "engine_first_token_s", "engine_last_token_s")
+"""Optional engine-side timestamps (see the module docstring); ``None`` when unknown."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,10 @@ class RequestRecord:
     error: str | None = None
     prefix_group: int = -1
     prefix_tokens: int = 0
+    engine_queued_s: float | None = None
+    engine_scheduled_s: float | None = None
+    engine_first_token_s: float | None = None
+    engine_last_token_s: float | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first broken invariant."""
@@ -84,6 +96,10 @@ class RequestRecord:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value!r} must be a finite number >= 0 or null")
+        for name in ENGINE_KEYS:
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name}={value!r} must be a finite number or null")
         if self.input_tokens < 1 or self.output_tokens < 1 or self.output_tokens_received < 0:
             raise ValueError(
                 f"input_tokens={self.input_tokens}, output_tokens={self.output_tokens} must be >= 1 "
@@ -95,6 +111,9 @@ class RequestRecord:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        for name in ENGINE_KEYS:
+            if out[name] is None:
+                del out[name]
         out["chunk_times_s"] = list(self.chunk_times_s)
         out["chunk_tokens"] = None if self.chunk_tokens is None else list(self.chunk_tokens)
         return out
@@ -132,6 +151,7 @@ def record_from_json(obj: Any) -> RequestRecord:
             error=None if obj["error"] is None else str(obj["error"]),
             prefix_group=_int(obj.get("prefix_group", -1), "prefix_group"),
             prefix_tokens=_int(obj.get("prefix_tokens", 0), "prefix_tokens"),
+            **{name: _opt_float(obj.get(name)) for name in ENGINE_KEYS},
         )
     except TypeError as exc:
         raise ValueError(f"mistyped value: {exc}") from None

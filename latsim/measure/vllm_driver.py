@@ -128,7 +128,30 @@ class VllmBackend:
         async for out in stream:
             rec.chunk(sum(len(c.token_ids) for c in out.outputs[:1]))
             if out.finished:
+                record_engine_times(rec, getattr(out, "metrics", None), last=True)
                 break
+            record_engine_times(rec, getattr(out, "metrics", None), last=False)
+
+
+_ENGINE_STATS = (("engine_queued_s", "queued_ts"), ("engine_scheduled_s", "scheduled_ts"),
+                 ("engine_first_token_s", "first_token_ts"))
+
+
+def record_engine_times(rec: Recorder, stats: Any, *, last: bool) -> None:
+    """Copy vLLM's per-request engine timestamps (``RequestOutput.metrics``, a
+    ``RequestStateStats`` on the engine core's monotonic clock; ``None`` when the engine does
+    not log stats) into ``rec``: queued, first scheduled and first token as soon as they are
+    known, the last token with the finishing output."""
+    if stats is None:
+        return
+    for key, attr in _ENGINE_STATS:
+        value = getattr(stats, attr, 0.0)
+        if isinstance(value, (int, float)):
+            rec.engine_time(key, float(value))
+    if last:
+        value = getattr(stats, "last_token_ts", 0.0)
+        if isinstance(value, (int, float)):
+            rec.engine_time("engine_last_token_s", float(value))
 
 
 # ---------------------------------------------------------------------------- config snapshot

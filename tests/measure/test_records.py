@@ -52,6 +52,18 @@ def test_write_rejects_invalid_record(tmp_path: Path) -> None:
         write_run(tmp_path, [bad], {"driver": "test"})
 
 
+def test_engine_times_are_optional_on_disk_and_must_be_finite(tmp_path: Path) -> None:
+    timed = ok_record("g", 0.20, engine_queued_s=0.2012, engine_scheduled_s=0.215, engine_first_token_s=0.248,
+                      engine_last_token_s=0.279)
+    write_run(tmp_path / "timed", [timed], {"driver": "test"})
+    assert list(load_run(tmp_path / "timed").records()) == [timed]
+    write_run(tmp_path / "run", [ok_record("a", 0.0)], {"driver": "test"})
+    with gzip.open(tmp_path / "run" / "requests.jsonl.gz", "rt") as fh:
+        assert "engine_queued_s" not in json.loads(fh.readline())
+    with pytest.raises(ValueError, match="engine_scheduled_s=nan must be a finite number or null"):
+        ok_record("a", 0.0, engine_scheduled_s=float("nan")).validate()
+
+
 def _write_lines(run: Path, lines: list[str], meta: dict | None = None) -> None:
     run.mkdir(parents=True, exist_ok=True)
     (run / "requests.jsonl.gz").write_bytes(gzip.compress("\n".join(lines).encode() + b"\n"))

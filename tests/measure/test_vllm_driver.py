@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -44,14 +45,16 @@ class FakeCompletion:
 class FakeOutput:
     outputs: list[FakeCompletion]
     finished: bool
+    metrics: Any = None
 
 
 class FakeEngine:
     """Streams ``n`` tokens (``per_chunk`` per output) after ``ttft``, one output per ``itl``."""
 
     def __init__(self, ttft: float = 0.01, itl: float = 0.002, per_chunk: int = 1,
-                 max_model_len: int = 4096, hang: bool = False) -> None:
+                 max_model_len: int = 4096, hang: bool = False, stats: bool = False) -> None:
         self.ttft, self.itl, self.per_chunk, self.hang = ttft, itl, per_chunk, hang
+        self.stats = stats
         self.calls: list[tuple[str, list[int], int]] = []
         self.aborted: list[str] = []
         self.active: dict[str, int] = {}  # requests in flight per id prefix (text before the last '-')
@@ -81,13 +84,22 @@ class FakeEngine:
         prefix = request_id.rsplit("-", 1)[0]
         self.active[prefix] = self.active.get(prefix, 0) + 1
         self.peak_active[prefix] = max(self.peak_active.get(prefix, 0), self.active[prefix])
+        # vLLM's RequestStateStats: engine-core times on the monotonic clock, filled as they happen
+        stats = SimpleNamespace(queued_ts=time.monotonic(), scheduled_ts=0.0, first_token_ts=0.0,
+                                last_token_ts=0.0) if self.stats else None
         try:
-            await asyncio.sleep(self.ttft)
+            await asyncio.sleep(self.ttft / 2)
+            if stats:
+                stats.scheduled_ts = time.monotonic()
+            await asyncio.sleep(self.ttft / 2)
             for start in range(0, params, self.per_chunk):
                 if start:
                     await asyncio.sleep(self.itl)
+                if stats:
+                    stats.first_token_ts = stats.first_token_ts or time.monotonic()
+                    stats.last_token_ts = time.monotonic()
                 new = list(range(start, min(params, start + self.per_chunk)))
-                yield FakeOutput([FakeCompletion(new)], finished=start + len(new) == params)
+                yield FakeOutput([FakeCompletion(new)], finished=start + len(new) == params, metrics=stats)
                 if self.hang:
                     await asyncio.sleep(3600)
         except asyncio.CancelledError:
@@ -130,6 +142,26 @@ def test_levels_are_measured_and_written(tmp_path: Path) -> None:
     assert names[resets[1] - 1].startswith("open-") and names[resets[1] + 1].startswith("closed-")
     assert loaded.meta["prefix_cache_reset"] is True
     assert loaded.meta["client_gc"]["frozen_before"] is True and loaded.meta["client_gc"]["collections"] >= 0
+
+
+def test_engine_timestamps_split_ttft_on_the_client_clock(tmp_path: Path) -> None:
+    engine = FakeEngine(ttft=0.04, itl=0.005, stats=True)
+    run(run_levels(engine, [Level("open", trace(4, 0.02))], tmp_path, FAKE_PARAMS, {"model": {"name": "fake"}}))
+    req = load_run(tmp_path / "open").requests
+    slack = 0.002  # the two clocks are read a few microseconds apart
+    assert (req["engine_queued_s"] >= req["sent_s"] - slack).all()
+    wait = req["engine_scheduled_s"] - req["engine_queued_s"]
+    assert ((wait > 0.015) & (wait < 0.035)).all()  # the fake engine waits ttft/2 before scheduling
+    assert (req["engine_first_token_s"] <= req["first_token_s"] + slack).all()
+    assert (req["engine_first_token_s"] >= req["engine_scheduled_s"]).all()
+    span = req["engine_last_token_s"] - req["engine_first_token_s"]
+    assert (span >= 5 * 0.005 - slack).all()  # six tokens, five gaps of itl
+
+
+def test_engine_timestamps_absent_when_the_engine_keeps_no_stats(tmp_path: Path) -> None:
+    run(run_levels(FakeEngine(), [Level("open", trace(2))], tmp_path, FAKE_PARAMS, {"model": {"name": "fake"}}))
+    req = load_run(tmp_path / "open").requests
+    assert req["engine_queued_s"].isna().all() and req["engine_last_token_s"].isna().all()
 
 
 def test_sweep_lengths_cover_each_bucket_three_ways() -> None:

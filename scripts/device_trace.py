@@ -1,0 +1,366 @@
+"""Per-kernel time of a live vLLM engine's steps, for checking the cost model step by step.
+
+Runs on the GPU machine (vLLM on ``PYTHONPATH``, see ../shared/DEVICE-VLLM.md).  One engine
+(dummy weights, the OpenAI server's defaults plus the engine arguments given), then scenarios,
+each one a batch of steps of a known composition:
+
+* ``decode:seqs=S,in=I`` - S requests of I prompt tokens and long outputs; once every one has
+  its first token the engine runs pure decode steps of S sequences;
+* ``prefill:in=I,n=N`` - N prompts of I tokens sent one after another (each alone, one output
+  token): N prefill steps of I tokens (chunks of the token budget when I is above it);
+* ``chunked:in=I,n=N,decodes=D,din=J`` - D decoding requests of J prompt tokens in the
+  background, then N prompts of I tokens one after another: steps of a prefill chunk at a
+  growing cached context beside D decodes (the long-prompt workload's steps).
+
+Each scenario is timed twice: first without the profiler (the client's token times: the step
+time the engine really gives), then with the torch profiler on for a few steps.  The trace
+is reduced here (:func:`summarize_trace`) to one row per step - GPU busy time per kernel
+class, the kernels' span, the step's CPU window - and one row per kernel name; those CSVs,
+the unprofiled timings, the host speed and the engine's config come back in ``--out``.
+
+    python3 scripts/device_trace.py --config-dir DIR --out $OUT/trace70b \\
+        --scenario decode:seqs=150,in=512 --scenario prefill:in=2048,n=4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import csv
+import gzip
+import itertools
+import json
+import re
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+STEP_MARK = "gpu_model_runner: preprocess"
+"""The CPU annotation vLLM's model runner opens at the start of each step's model execution."""
+
+KERNEL_CLASSES = (
+    ("quant", r"quant|scaled_fp8|per_token_group"),
+    ("attention", r"flash|fmha|attn|attention|paged|reshape_and_cache|merge_attn"),
+    ("gemm", r"gemm|cutlass|sm90_xmma|nvjet|cublas|wgmma|matmul|splitk|marlin"),
+    ("norm", r"rms_?norm|layer_?norm"),
+    ("rope", r"rotary|rope"),
+    ("activation", r"silu|act_and_mul|gelu"),
+    ("moe", r"moe|topk|expert"),
+    ("sampling", r"sampl|softmax|argmax|top_k|top_p|gumbel|exponential|logit"),
+    ("inductor", r"^triton_"),
+    ("copy", r"memcpy|memset|copy|cat|index|gather|scatter|fill"),
+)
+"""First matching pattern (case-insensitive) names a kernel's class; anything else is ``other``."""
+_CLASS_RE = [(name, re.compile(pat, re.I)) for name, pat in KERNEL_CLASSES]
+CLASS_NAMES = (*(name for name, _ in KERNEL_CLASSES), "other")
+
+
+def kernel_class(name: str) -> str:
+    """The class of a kernel name (:data:`KERNEL_CLASSES`)."""
+    for cls, pattern in _CLASS_RE:
+        if pattern.search(name):
+            return cls
+    return "other"
+
+
+def parse_scenario(text: str) -> dict[str, Any]:
+    """``kind:key=value,...`` into a dict; ValueError names what is accepted."""
+    kinds = {"decode": {"seqs", "in"}, "prefill": {"in", "n"}, "chunked": {"in", "n", "decodes", "din"}}
+    kind, _, rest = text.partition(":")
+    if kind not in kinds:
+        raise ValueError(f"scenario {text!r}: kind must be one of {', '.join(kinds)}")
+    out: dict[str, Any] = {"kind": kind, "label": text}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key not in kinds[kind] or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"scenario {text!r}: {item!r}; {kind} takes {', '.join(sorted(kinds[kind]))} "
+                             f"as positive integers")
+        out[key] = int(value)
+    missing = kinds[kind] - out.keys()
+    if missing:
+        raise ValueError(f"scenario {text!r}: missing {', '.join(sorted(missing))}")
+    return out
+
+
+# ------------------------------------------------------------------------------ trace reduction
+
+
+def _events(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+
+
+def summarize_trace(trace: dict[str, Any], label: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Reduce a torch-profiler chrome trace to (step rows, kernel rows).
+
+    Steps start at each CPU :data:`STEP_MARK` annotation; a GPU kernel belongs to the step in
+    which the CPU call that launched it (its runtime event, matched by ``correlation``, a
+    ``cudaGraphLaunch`` for kernels replayed from a CUDA graph) was made.  Kernels launched
+    before the first mark are dropped.  Per step: ``gpu_busy_us`` (sum of kernel durations),
+    ``span_us`` (first kernel start to last kernel end), ``cpu_us`` (this mark to the next),
+    ``kernels`` and one ``<class>_us`` column per :data:`CLASS_NAMES`; the last step, whose
+    end is not seen, is dropped.  Kernel rows: name, class, count and total microseconds over
+    the kept steps.
+    """
+    events = _events(trace)
+    marks = sorted(float(e["ts"]) for e in events if e.get("cat") == "user_annotation" and e.get("name") == STEP_MARK)
+    launch_ts = {e["args"]["correlation"]: float(e["ts"]) for e in events
+                 if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    steps: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        ts = launch_ts.get(e.get("args", {}).get("correlation"))
+        i = bisect.bisect_right(marks, ts) - 1 if ts is not None else -1
+        if 0 <= i < len(marks) - 1:
+            steps[i].append(e)
+    rows, per_kernel = [], defaultdict(lambda: [0, 0.0])
+    for i in sorted(steps):
+        ks = steps[i]
+        end = max(float(k["ts"]) + float(k["dur"]) for k in ks)
+        row: dict[str, Any] = {"scenario": label, "step": i, "cpu_us": marks[i + 1] - marks[i],
+                               "gpu_busy_us": sum(float(k["dur"]) for k in ks), "kernels": len(ks),
+                               "span_us": end - min(float(k["ts"]) for k in ks)}
+        for cls in CLASS_NAMES:
+            row[f"{cls}_us"] = 0.0
+        for k in ks:
+            row[f"{kernel_class(k['name'])}_us"] += float(k["dur"])
+            agg = per_kernel[k["name"]]
+            agg[0] += 1
+            agg[1] += float(k["dur"])
+        rows.append(row)
+    kernels = [{"scenario": label, "kernel": name[:160], "class": kernel_class(name), "count": n, "total_us": t}
+               for name, (n, t) in sorted(per_kernel.items(), key=lambda kv: -kv[1][1])]
+    return rows, kernels
+
+
+def write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    rows = list(rows)
+    if not rows:
+        return
+    new = not path.exists()
+    with path.open("a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+
+
+# ------------------------------------------------------------------------------ the engine side
+
+
+class Client:
+    """Sends requests to an ``AsyncLLM`` and keeps each one's token times."""
+
+    def __init__(self, engine: Any, vocab: int) -> None:
+        self.engine, self.vocab, self.n = engine, vocab, 0
+        self.times: dict[str, list[float]] = {}
+        self.sent: dict[str, float] = {}
+
+    def ids(self, length: int) -> list[int]:
+        self.n += 1
+        return [(self.n * 7919 + 104729 * j) % (self.vocab - 10) + 5 for j in range(length)]
+
+    async def one(self, rid: str, prompt: int, out: int) -> None:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+        params = SamplingParams(max_tokens=out, min_tokens=out, ignore_eos=True, detokenize=False,
+                                output_kind=RequestOutputKind.DELTA)
+        self.times[rid], self.sent[rid] = [], time.perf_counter()
+        async for o in self.engine.generate({"prompt_token_ids": self.ids(prompt)}, params, request_id=rid):
+            self.times[rid].extend([time.perf_counter()] * max(1, len(o.outputs[0].token_ids)))
+            if o.finished:
+                break
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else None
+
+
+def gaps_in(client: Client, rids: list[str], t0: float, t1: float) -> list[float]:
+    """Inter-token gaps of ``rids`` whose both ends fall in [t0, t1]."""
+    out = []
+    for rid in rids:
+        ts = [t for t in client.times.get(rid, []) if t0 <= t <= t1]
+        out.extend(b - a for a, b in itertools.pairwise(ts))
+    return out
+
+
+async def _until(pred: Any, timeout: float) -> bool:
+    end = time.perf_counter() + timeout
+    while time.perf_counter() < end:
+        if pred():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def _profiled(engine: Any, body: Any) -> float:
+    t = time.perf_counter()
+    await engine.start_profile()
+    await body()
+    await engine.stop_profile()
+    return time.perf_counter() - t
+
+
+async def decode(engine: Any, client: Client, sc: dict[str, Any], window_s: float, tag: str) -> dict[str, Any]:
+    """S decoders; unprofiled gaps over ``window_s``, then a profiled stretch of the same length."""
+    rids = [f"{tag}-d{j}" for j in range(sc["seqs"])]
+    tasks = [asyncio.ensure_future(client.one(r, sc["in"], 4000)) for r in rids]
+    ok = await _until(lambda: all(client.times.get(r) for r in rids), 120)
+    await asyncio.sleep(0.5)
+    t0 = time.perf_counter()
+    await asyncio.sleep(window_s)
+    gaps = gaps_in(client, rids, t0, time.perf_counter())
+    prof_s = await _profiled(engine, lambda: asyncio.sleep(min(window_s, 1.0)))
+    await engine.abort(rids)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return {"all_started": ok, "itl_median_ms": 1e3 * (_median(gaps) or float("nan")), "gaps": len(gaps),
+            "profile_wall_s": prof_s}
+
+
+async def serial_prompts(client: Client, tag: str, n: int, length: int) -> list[float]:
+    """TTFTs of ``n`` prompts sent one after another (one output token each)."""
+    out = []
+    for j in range(n):
+        rid = f"{tag}-p{j}"
+        await client.one(rid, length, 1)
+        out.append(client.times[rid][0] - client.sent[rid])
+    return out
+
+
+async def prefill(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
+    ttft = await serial_prompts(client, f"{tag}-u", sc["n"], sc["in"])
+    holder: dict[str, list[float]] = {}
+
+    async def body() -> None:
+        holder["ttft"] = await serial_prompts(client, f"{tag}-q", sc["n"], sc["in"])
+
+    prof_s = await _profiled(engine, body)
+    return {"ttft_ms": [1e3 * t for t in ttft], "ttft_profiled_ms": [1e3 * t for t in holder["ttft"]],
+            "profile_wall_s": prof_s}
+
+
+async def chunked(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
+    rids = [f"{tag}-d{j}" for j in range(sc["decodes"])]
+    tasks = [asyncio.ensure_future(client.one(r, sc["din"], 6000)) for r in rids]
+    await _until(lambda: all(client.times.get(r) for r in rids), 120)
+    await asyncio.sleep(0.5)
+    t0 = time.perf_counter()
+    quiet = gaps_in(client, rids, t0 - 0.5, t0)
+    ttft = await serial_prompts(client, f"{tag}-u", sc["n"], sc["in"])
+    busy = gaps_in(client, rids, t0, time.perf_counter())
+    holder: dict[str, list[float]] = {}
+
+    async def body() -> None:
+        holder["ttft"] = await serial_prompts(client, f"{tag}-q", sc["n"], sc["in"])
+
+    prof_s = await _profiled(engine, body)
+    await engine.abort(rids)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return {"ttft_ms": [1e3 * t for t in ttft], "ttft_profiled_ms": [1e3 * t for t in holder["ttft"]],
+            "decode_itl_quiet_ms": 1e3 * (_median(quiet) or float("nan")),
+            "decode_itl_busy_ms": sorted(1e3 * g for g in busy)[-4 * sc["n"] * 4:] if busy else [],
+            "profile_wall_s": prof_s}
+
+
+def newest_trace(folder: Path, seen: set[Path]) -> Path | None:
+    found = [p for p in folder.rglob("*.json*") if p not in seen and "trace" in p.name]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        return json.load(fh)
+
+
+async def run(args: argparse.Namespace) -> None:
+    from vllm.config import ProfilerConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from latsim.measure.hostprobe import host_speed
+    out, prof_dir = Path(args.out), Path(args.out).resolve() / "torch"
+    out.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {"argv": sys.argv, "host_speed_before": host_speed(3.0)}
+    extra = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.engine_arg)}
+    prof = ProfilerConfig(profiler="torch", torch_profiler_dir=str(prof_dir), torch_profiler_with_stack=False,
+                          ignore_frontend=True, torch_profiler_dump_cuda_time_total=False)
+    eargs = AsyncEngineArgs(model=config_dir(args), load_format="dummy", skip_tokenizer_init=True, seed=0,
+                            profiler_config=prof, **extra)
+    t = time.perf_counter()
+    engine = AsyncLLM.from_engine_args(eargs, usage_context=UsageContext.OPENAI_API_SERVER)
+    meta["engine_start_s"] = time.perf_counter() - t
+    client = Client(engine, engine.vllm_config.model_config.get_vocab_size())
+    await serial_prompts(client, "warm", 8, 256)
+    await decode(engine, client, {"seqs": 32, "in": 128}, 0.5, "warmd")
+    seen: set[Path] = set(prof_dir.rglob("*")) if prof_dir.exists() else set()
+    meta["scenarios"] = []
+    for k, sc in enumerate(args.scenario):
+        tag = f"s{k}"
+        t = time.perf_counter()
+        if sc["kind"] == "decode":
+            res = await decode(engine, client, sc, args.window, tag)
+        elif sc["kind"] == "prefill":
+            res = await prefill(engine, client, sc, tag)
+        else:
+            res = await chunked(engine, client, sc, tag)
+        res.update(scenario=sc, seconds=time.perf_counter() - t)
+        path = newest_trace(prof_dir, seen)
+        if path is not None:
+            seen.add(path)
+            steps, kernels = summarize_trace(load_trace(path), sc["label"])
+            write_csv(out / "steps.csv", steps)
+            write_csv(out / "kernels.csv", kernels)
+            res.update(trace=path.name, trace_bytes=path.stat().st_size, steps=len(steps))
+        meta["scenarios"].append(res)
+        print(json.dumps({k2: v for k2, v in res.items() if k2 not in ("scenario",)}, default=str)[:600], flush=True)
+        (out / "timings.json").write_text(json.dumps(meta, indent=1, default=str))
+    meta["host_speed_after"] = host_speed(3.0)
+    meta["engine_config"] = {"max_num_seqs": engine.vllm_config.scheduler_config.max_num_seqs,
+                             "max_num_batched_tokens": engine.vllm_config.scheduler_config.max_num_batched_tokens,
+                             "num_gpu_blocks": engine.vllm_config.cache_config.num_gpu_blocks,
+                             "cudagraph_capture_sizes": engine.vllm_config.compilation_config.cudagraph_capture_sizes}
+    (out / "timings.json").write_text(json.dumps(meta, indent=1, default=str))
+    engine.shutdown()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config-dir", help="a directory holding an HF config.json")
+    p.add_argument("--model", help="a catalog model (latsim/data/catalog/models/NAME.json) instead")
+    p.add_argument("--out", required=True)
+    p.add_argument("--scenario", action="append", type=parse_scenario, required=True)
+    p.add_argument("--window", type=float, default=2.0, help="seconds of unprofiled decode timing")
+    p.add_argument("--engine-arg", action="append", default=[], help="KEY=JSON, any AsyncEngineArgs")
+    args = p.parse_args(argv)
+    if (args.config_dir is None) == (args.model is None):
+        p.error("give exactly one of --config-dir and --model")
+    return args
+
+
+def config_dir(args: argparse.Namespace) -> str:
+    """The directory holding the engine's config.json (a catalog model's is written to a temp dir)."""
+    if args.config_dir:
+        return str(args.config_dir)
+    src = Path(__file__).resolve().parents[1] / "latsim" / "data" / "catalog" / "models" / f"{args.model}.json"
+    if not src.is_file():
+        raise SystemExit(f"--model {args.model!r}: no {src}")
+    tmp = Path(tempfile.mkdtemp())
+    (tmp / "config.json").write_text(src.read_text())
+    return str(tmp)
+
+
+if __name__ == "__main__":
+    asyncio.run(run(parse_args()))

@@ -1,0 +1,70 @@
+"""scripts/device_trace.py: scenario parsing and the reduction of a profiler trace to steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.script_module import load_script
+
+trace_script = load_script(Path("device_trace.py"))
+
+
+def _mark(ts: float) -> dict:
+    return {"ph": "X", "cat": "user_annotation", "name": trace_script.STEP_MARK, "ts": ts, "dur": 5}
+
+
+def _launch(ts: float, corr: int, name: str = "cudaLaunchKernel") -> dict:
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "ts": ts, "dur": 2, "args": {"correlation": corr}}
+
+
+def _kernel(ts: float, dur: float, corr: int, name: str) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"correlation": corr}}
+
+
+def test_kernels_go_to_the_step_that_launched_them() -> None:
+    events = [
+        _launch(50, 1), _kernel(60, 9, 1, "before_any_step"),  # dropped: no step yet
+        _mark(100), _launch(110, 2), _launch(120, 3, "cudaGraphLaunch"),
+        _kernel(130, 40, 2, "void cutlass::device_kernel<Sm90GemmFp8>"),
+        # launched in step 0, but runs on the GPU after the next step's mark: still step 0
+        _kernel(260, 30, 3, "flash_fwd_splitkv_kernel"),
+        _kernel(300, 5, 3, "rms_norm_kernel"),
+        _mark(250), _launch(255, 4), _kernel(310, 7, 4, "dynamic_scaled_fp8_quant_kernel"),
+        _mark(400), _launch(410, 5), _kernel(420, 100, 5, "ends_after_the_trace"),  # last step: dropped
+    ]
+    steps, kernels = trace_script.summarize_trace({"traceEvents": events}, "decode:seqs=2,in=8")
+    assert [s["step"] for s in steps] == [0, 1]
+    first, second = steps
+    assert first["gpu_busy_us"] == 75 and first["kernels"] == 3 and first["span_us"] == 175
+    assert first["gemm_us"] == 40 and first["attention_us"] == 30 and first["norm_us"] == 5
+    assert first["cpu_us"] == 150
+    assert second["quant_us"] == 7 and second["gemm_us"] == 0
+    assert kernels[0]["kernel"].startswith("void cutlass") and kernels[0]["total_us"] == 40
+    assert {k["kernel"] for k in kernels}.isdisjoint({"before_any_step", "ends_after_the_trace"})
+
+
+@pytest.mark.parametrize(("name", "cls"), [
+    ("void vllm::dynamic_per_token_scaled_fp8_quant_kernel<>", "quant"),
+    ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<>>", "gemm"),
+    ("nvjet_tst_128x64_64x8_1x1_v_bz_TNT", "gemm"),
+    ("void flash::flash_fwd_splitkv_combine_kernel", "attention"),
+    ("void vllm::fused_add_rms_norm_kernel<c10::BFloat16>", "norm"),
+    ("void vllm::act_and_mul_kernel<silu>", "activation"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "inductor"),
+    ("void at::native::elementwise_kernel<128, 4>", "other"),
+])
+def test_kernel_classes(name: str, cls: str) -> None:
+    assert trace_script.kernel_class(name) == cls
+
+
+def test_scenarios_parse_and_reject_bad_text() -> None:
+    assert trace_script.parse_scenario("decode:seqs=150,in=512") == {
+        "kind": "decode", "label": "decode:seqs=150,in=512", "seqs": 150, "in": 512}
+    with pytest.raises(ValueError, match="kind must be one of decode, prefill, chunked"):
+        trace_script.parse_scenario("burst:n=3")
+    with pytest.raises(ValueError, match="'n=0'; prefill takes in, n as positive integers"):
+        trace_script.parse_scenario("prefill:in=5,n=0")
+    with pytest.raises(ValueError, match="missing decodes, din"):
+        trace_script.parse_scenario("chunked:in=5,n=1")
