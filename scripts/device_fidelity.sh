@@ -4,6 +4,8 @@
 # vLLM bundle's parts are in /tmp/b (../shared/DEVICE-VLLM.md):
 #
 #   bash scripts/device_fidelity.sh kernels      # unpack vLLM; attention-shape grid, fp8 GEMMs, quant kernels
+#   bash scripts/device_fidelity.sh msteps       # GEMMs every few rows (96-1,024) and decode attention at live batches
+#   bash scripts/device_fidelity.sh paged        # decode attention over a paged KV cache, every profiled head shape
 #   bash scripts/device_fidelity.sh wide         # attention of 48-96 query heads per GPU (grid "wide")
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh trace NAME ARGS...  # scripts/device_trace.py ARGS into $OUT/NAME.tar.gz
@@ -30,6 +32,17 @@ kernels() {
   python3 -m latsim.calibration.run_device --device h200 --out "$OUT/shapes" --only shapes --families attention
   python3 -m latsim.calibration.run_device --device h200 --out "$OUT/gemm" --only full --families gemm
   python3 scripts/device_quant_kernels.py
+}
+
+msteps() {
+  unpack || return 1
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/msteps" --only msteps --families gemm,attention
+}
+
+paged() {
+  unpack || return 1
+  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/paged" --only paged --families attention
 }
 
 wide() {

@@ -40,8 +40,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-STEP_MARK = "gpu_model_runner: preprocess"
-"""The CPU annotation vLLM's model runner opens at the start of each step's model execution."""
+STEP_MARK = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)$")
+"""The CPU annotation vLLM 0.25's worker opens around each step: prefill requests (tokens) and
+decode requests (tokens) of the batch."""
+COMPOSITION = ("prefill_reqs", "prefill_tokens", "decode_reqs", "decode_tokens")
 
 KERNEL_CLASSES = (
     ("quant", r"quant|scaled_fp8|per_token_group"),
@@ -97,7 +99,8 @@ def _events(trace: dict[str, Any]) -> list[dict[str, Any]]:
 def summarize_trace(trace: dict[str, Any], label: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Reduce a torch-profiler chrome trace to (step rows, kernel rows).
 
-    Steps start at each CPU :data:`STEP_MARK` annotation; a GPU kernel belongs to the step in
+    Steps start at each CPU :data:`STEP_MARK` annotation, which names the batch's composition
+    (:data:`COMPOSITION` columns); a GPU kernel belongs to the step in
     which the CPU call that launched it (its runtime event, matched by ``correlation``, a
     ``cudaGraphLaunch`` for kernels replayed from a CUDA graph) was made.  Kernels launched
     before the first mark are dropped.  Per step: ``gpu_busy_us`` (sum of kernel durations),
@@ -107,7 +110,9 @@ def summarize_trace(trace: dict[str, Any], label: str) -> tuple[list[dict[str, A
     the kept steps.
     """
     events = _events(trace)
-    marks = sorted(float(e["ts"]) for e in events if e.get("cat") == "user_annotation" and e.get("name") == STEP_MARK)
+    found = sorted((float(e["ts"]), m.groups()) for e in events if e.get("cat") == "user_annotation"
+                   and (m := STEP_MARK.match(str(e.get("name", "")))))
+    marks = [ts for ts, _ in found]
     launch_ts = {e["args"]["correlation"]: float(e["ts"]) for e in events
                  if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
     steps: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -122,7 +127,8 @@ def summarize_trace(trace: dict[str, Any], label: str) -> tuple[list[dict[str, A
     for i in sorted(steps):
         ks = steps[i]
         end = max(float(k["ts"]) + float(k["dur"]) for k in ks)
-        row: dict[str, Any] = {"scenario": label, "step": i, "cpu_us": marks[i + 1] - marks[i],
+        batch = dict(zip(COMPOSITION, map(int, found[i][1]), strict=True))
+        row: dict[str, Any] = {"scenario": label, "step": i, **batch, "cpu_us": marks[i + 1] - marks[i],
                                "gpu_busy_us": sum(float(k["dur"]) for k in ks), "kernels": len(ks),
                                "span_us": end - min(float(k["ts"]) for k in ks)}
         for cls in CLASS_NAMES:
@@ -217,13 +223,15 @@ async def decode(engine: Any, client: Client, sc: dict[str, Any], window_s: floa
     t0 = time.perf_counter()
     await asyncio.sleep(window_s)
     gaps = gaps_in(client, rids, t0, time.perf_counter())
+    context = sc["in"] + _median([float(len(client.times[r])) for r in rids])
     prof_s = await _profiled(engine, lambda: asyncio.sleep(min(window_s, 1.0)))
+    context_end = sc["in"] + _median([float(len(client.times[r])) for r in rids])
     await engine.abort(rids)
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return {"all_started": ok, "itl_median_ms": 1e3 * (_median(gaps) or float("nan")), "gaps": len(gaps),
-            "profile_wall_s": prof_s}
+            "profile_wall_s": prof_s, "context_at_profile": [context, context_end]}
 
 
 async def serial_prompts(client: Client, tag: str, n: int, length: int) -> list[float]:

@@ -116,7 +116,25 @@ WIDE = replace(SHAPES, name="wide")
 """Attention of many query heads per GPU (48-96, GQA 4-12, head dim 128) with a control shape
 the full grid holds (40/8/128): the 70B-class models at TP 1, beyond the full grid's 40 heads."""
 
-GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE)}
+MSTEPS = replace(
+    SHAPES, name="msteps", gemm_stride=1, gemm_fp8_stride=1,
+    gemm_m=(96, 112, 128, 136, 144, 152, 160, 176, 192, 208, 224, 240, 256, 272, 288, 320, 352, 384, 416, 448,
+            480, 512, 576, 640, 704, 768, 832, 896, 960, 1024),
+    prefill_configs=0, decode_batch=(64, 96, 128, 150, 152, 160, 192, 224, 256), decode_ctx=(512, 640, 896),
+    decode_mix=("uniform",),
+)
+"""The step between grid points: linear-layer GEMMs of the 8B and 70B (bf16 and fp8) at every
+few rows from 96 to 1,024, and decode attention of their head shapes at the batch sizes a live
+engine runs, where the full grid has one point per power of two (or 1.5x)."""
+
+PAGED = replace(
+    SHAPES, name="paged", prefill_configs=0, decode_mix=("uniform",),
+)
+"""Decode attention again, over a paged KV cache the way vLLM runs it (``attention.py``): the full
+grid's decode axes (uniform batches) over every head shape the H200 profile holds - the full
+grid's 20 catalog shapes, the study's and the wide ones."""
+
+GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
              {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
@@ -137,6 +155,29 @@ WIDE_SHAPES: dict[str, Any] = {
     "attention": [{"hq": hq, "hkv": hkv, "d": 128, "tags": ["wide"]}
                   for hq, hkv in ((40, 8), (48, 8), (64, 8), (64, 16), (96, 8))],
 }
+
+
+MSTEP_SHAPES: dict[str, Any] = {
+    "gemm": [{"K": k, "N": n, "tags": [tag]} for k, n, tag in (
+        (4096, 6144, "llama-3.1-8b/tp1/qkv"), (4096, 4096, "llama-3.1-8b/tp1/o"),
+        (4096, 28672, "llama-3.1-8b/tp1/gate_up"), (14336, 4096, "llama-3.1-8b/tp1/down"),
+        (8192, 10240, "llama-3.1-70b/tp1/qkv"), (8192, 8192, "llama-3.1-70b/tp1/o"),
+        (8192, 57344, "llama-3.1-70b/tp1/gate_up"), (28672, 8192, "llama-3.1-70b/tp1/down"))],
+    "moe": [],
+    "attention": [{"hq": hq, "hkv": 8, "d": 128, "tags": ["msteps"]} for hq in (32, 64)],
+}
+
+
+def paged_shapes(catalog: dict[str, Any]) -> dict[str, Any]:
+    """The attention shapes of the full, study and wide grids, each once."""
+    ranked = sorted(catalog["attention"], key=lambda s: (-len(s["tags"]), s["hq"], s["hkv"], s["d"]))
+    full = ranked[:FULL.decode_configs]
+    seen, out = set(), []
+    for s in [*full, *STUDY_SHAPES["attention"], *WIDE_SHAPES["attention"]]:
+        if (key := (s["hq"], s["hkv"], s["d"])) not in seen:
+            seen.add(key)
+            out.append(s)
+    return {"gemm": [], "moe": [], "attention": out}
 
 
 def get_grid(name: str) -> GridSpec:
@@ -221,7 +262,10 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
     if shapes is None:
         from latsim.calibration.shapes import load_shapes
 
-        shapes = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES, "wide": WIDE_SHAPES}.get(grid.name) or load_shapes()
+        named = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES, "wide": WIDE_SHAPES, "msteps": MSTEP_SHAPES}
+        shapes = named.get(grid.name) or load_shapes()
+        if grid.name == "paged":
+            shapes = paged_shapes(shapes)
     out = [*_overhead(grid), *_memory(grid), *_attention(grid, shapes), *_moe(grid, shapes),
            *_gemm(grid, shapes), *_comm(grid)]
     return out

@@ -11,8 +11,8 @@ from tests.script_module import load_script
 trace_script = load_script(Path("device_trace.py"))
 
 
-def _mark(ts: float) -> dict:
-    return {"ph": "X", "cat": "user_annotation", "name": trace_script.STEP_MARK, "ts": ts, "dur": 5}
+def _mark(ts: float, name: str = "execute_context_0(0)_generation_2(2)") -> dict:
+    return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": 5}
 
 
 def _launch(ts: float, corr: int, name: str = "cudaLaunchKernel") -> dict:
@@ -31,7 +31,9 @@ def test_kernels_go_to_the_step_that_launched_them() -> None:
         # launched in step 0, but runs on the GPU after the next step's mark: still step 0
         _kernel(260, 30, 3, "flash_fwd_splitkv_kernel"),
         _kernel(300, 5, 3, "rms_norm_kernel"),
-        _mark(250), _launch(255, 4), _kernel(310, 7, 4, "dynamic_scaled_fp8_quant_kernel"),
+        {"ph": "X", "cat": "user_annotation", "name": "gpu_model_runner: preprocess", "ts": 240, "dur": 1},
+        _mark(250, "execute_context_1(512)_generation_1(1)"), _launch(255, 4),
+        _kernel(310, 7, 4, "dynamic_scaled_fp8_quant_kernel"),
         _mark(400), _launch(410, 5), _kernel(420, 100, 5, "ends_after_the_trace"),  # last step: dropped
     ]
     steps, kernels = trace_script.summarize_trace({"traceEvents": events}, "decode:seqs=2,in=8")
@@ -39,7 +41,8 @@ def test_kernels_go_to_the_step_that_launched_them() -> None:
     first, second = steps
     assert first["gpu_busy_us"] == 75 and first["kernels"] == 3 and first["span_us"] == 175
     assert first["gemm_us"] == 40 and first["attention_us"] == 30 and first["norm_us"] == 5
-    assert first["cpu_us"] == 150
+    assert first["cpu_us"] == 150 and (first["decode_reqs"], first["prefill_tokens"]) == (2, 0)
+    assert (second["prefill_reqs"], second["prefill_tokens"], second["decode_tokens"]) == (1, 512, 1)
     assert second["quant_us"] == 7 and second["gemm_us"] == 0
     assert kernels[0]["kernel"].startswith("void cutlass") and kernels[0]["total_us"] == 40
     assert {k["kernel"] for k in kernels}.isdisjoint({"before_any_step", "ends_after_the_trace"})
