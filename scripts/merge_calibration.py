@@ -6,7 +6,9 @@
         --run /tmp/cal/h200-shapes --family attention --mode append
 
 ``replace`` swaps the profile's ``<family>.parquet`` for the run's; ``append`` adds the run's
-rows whose ``point_id`` the profile lacks (a point both measured keeps the profile's row).
+rows whose ``point_id`` the profile lacks (a point both measured keeps the profile's row);
+``update`` takes every row of the run, in place of the profile's row of the same ``point_id``
+(a point both measured keeps the run's row; the profile's other rows stay).
 ``--only COLUMN=VALUE`` limits either to the rows where that column holds that value (e.g.
 ``--only dtype=fp8``: the fp8 GEMMs of a run replace the profile's fp8 GEMMs, its bf16 rows stay).
 ``profile.json`` gets a ``<family>_sources`` list entry naming the run (its date, grid, grid
@@ -36,6 +38,9 @@ def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str
     if mode == "replace":
         kept = ours[ours[only[0]].astype(str) != only[1]] if only is not None else ours.iloc[:0]
         merged, taken = pd.concat([kept, theirs], ignore_index=True), len(theirs)
+    elif mode == "update":
+        kept = ours[~ours["point_id"].isin(theirs["point_id"])]
+        merged, taken = pd.concat([kept, theirs], ignore_index=True), len(theirs)
     else:
         new = theirs[~theirs["point_id"].isin(ours["point_id"])]
         merged, taken = pd.concat([ours, new], ignore_index=True), len(new)
@@ -64,7 +69,7 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, required=True)
     ap.add_argument("--run", type=Path, required=True, help="an unpacked device run folder")
     ap.add_argument("--family", required=True)
-    ap.add_argument("--mode", choices=("replace", "append"), required=True)
+    ap.add_argument("--mode", choices=("replace", "append", "update"), required=True)
     ap.add_argument("--only", help="COLUMN=VALUE: merge only the rows holding it")
     args = ap.parse_args()
     only = None

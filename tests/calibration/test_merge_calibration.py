@@ -57,3 +57,13 @@ def test_replace_only_the_rows_of_one_value(tmp_path: Path) -> None:
     merged = read_shard(shard_path(profile, "attention")).set_index("point_id")
     assert merged.index.tolist() == ["a", "c"] and merged.loc["a", "impl"] == "old"  # bf16 stays ours
     assert merged.loc["c", "impl"] == "new" and source["only"] == "dtype=fp8" and source["rows_taken"] == 1
+
+
+def test_update_takes_the_runs_row_of_a_point_both_measured(tmp_path: Path) -> None:
+    merge = load_script(SCRIPT).merge
+    profile = _folder(tmp_path / "profile", ["a", "b"], "old", "2026-01-01")
+    run = _folder(tmp_path / "run", ["b", "c"], "new", "2026-02-02")
+    source = merge(profile, run, "attention", "update")
+    merged = read_shard(shard_path(profile, "attention")).set_index("point_id")
+    assert sorted(merged.index) == ["a", "b", "c"] and merged.loc["b", "impl"] == "new"
+    assert merged.loc["a", "impl"] == "old" and source["rows_taken"] == 2 and source["mode"] == "update"
