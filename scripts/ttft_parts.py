@@ -1,0 +1,111 @@
+"""Take TTFT apart on live runs that kept vLLM's engine-side times, beside the simulator's replay.
+
+A request's time to first token, as the client sees it, is four parts (the engine's own
+timestamps, ``latsim.measure.records``):
+
+* ``front_end``: sent by the client to queued in the engine core (the input path: the
+  front-end process, its IPC to the engine core);
+* ``queue``: queued to its first scheduled step (waiting for the running step to end, and
+  for the token budget);
+* ``prefill``: first scheduled step began to the engine core emitting the step output with
+  the first token (the prefill chunks and the step that samples the first token);
+* ``output``: that output to the client (the output path: detokenisation skipped, IPC back,
+  the front-end's output processing, the client's event loop).
+
+The simulator's replay of the same run (``latsim validate``'s, at the run's host speed with
+``--host-speed probe``) gives ``queue`` (first scheduled step minus arrival) and ``prefill``
+(first token minus first scheduled step) and one front-end latency, ``frontend_s``, which it
+adds to every token; the measured ``front_end + output`` is what that term stands for.
+
+    python scripts/ttft_parts.py data/validation/h200-fidelity/llama-3.1-8b-mix-timed [--host-speed probe]
+
+prints, per level, the mean of each part in milliseconds (means add up to the mean TTFT;
+medians do not), measured and simulated, and the TTFT's median and p90.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from latsim.deployment import resolve_engine
+from latsim.measure.records import load_run
+from latsim.sim.simulate import default_cost_model
+from latsim.validate.compare import compare_run, deployment_for, find_runs, run_host_speed
+
+PARTS = ("front_end", "queue", "prefill", "output", "ttft")
+
+
+def measured_parts(requests: pd.DataFrame) -> pd.DataFrame:
+    """The four parts of each ``ok`` request with engine times (seconds); empty without them."""
+    ok = requests[(requests["status"] == "ok") & requests["engine_first_token_s"].notna()]
+    return pd.DataFrame({
+        "front_end": ok["engine_queued_s"] - ok["sent_s"],
+        "queue": ok["engine_scheduled_s"] - ok["engine_queued_s"],
+        "prefill": ok["engine_first_token_s"] - ok["engine_scheduled_s"],
+        "output": ok["first_token_s"] - ok["engine_first_token_s"],
+        "ttft": ok["first_token_s"] - ok["sent_s"],
+    })
+
+
+def simulated_parts(records: pd.DataFrame, frontend_s: float) -> pd.DataFrame:
+    """The replay's parts: its single front-end term split evenly is not claimed, so
+    ``front_end`` holds all of it and ``output`` is zero."""
+    done = records[records["status"] == "ok"]
+    first = done["first_token_s"] - frontend_s
+    return pd.DataFrame({
+        "front_end": np.full(len(done), frontend_s),
+        "queue": done["first_scheduled_s"] - done["arrival_s"],
+        "prefill": first - done["first_scheduled_s"],
+        "output": np.zeros(len(done)),
+        "ttft": done["first_token_s"] - done["arrival_s"],
+    })
+
+
+def level_rows(run_dir: Path, host_speed: float | str) -> list[dict[str, object]]:
+    """One row per side (measured, simulated) of one level: each part's mean, TTFT's p50/p90, in ms."""
+    m = load_run(run_dir)
+    measured = measured_parts(m.requests)
+    if measured.empty:
+        return []
+    cmp = compare_run(run_dir, "h200", host_speed=host_speed)
+    deployment = deployment_for(m.meta, "h200")
+    speed = run_host_speed(m.meta, host_speed)
+    deployment = replace(deployment, engine=replace(deployment.engine, host_speed=speed))
+    frontend = default_cost_model(deployment, resolve_engine(deployment)).frontend_s
+    sides = {"measured": measured, "simulated": simulated_parts(cmp.predicted_records, frontend)}
+    rows = []
+    for side, parts in sides.items():
+        row: dict[str, object] = {"level": cmp.level, "side": side, "n": len(parts)}
+        for part in PARTS:
+            row[part] = 1e3 * float(parts[part].mean())
+        row["ttft_p50"] = 1e3 * float(parts["ttft"].median())
+        row["ttft_p90"] = 1e3 * float(parts["ttft"].quantile(0.9))
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root", type=Path, help="a run directory or a folder of them")
+    ap.add_argument("--host-speed", default="1", help="a number, or 'probe' (the run's own host probe)")
+    args = ap.parse_args(argv)
+    speed: float | str = args.host_speed if args.host_speed == "probe" else float(args.host_speed)
+    try:
+        rows = [r for run in find_runs(args.root) for r in level_rows(run, speed)]
+    except (ValueError, FileNotFoundError) as exc:
+        sys.exit(str(exc))
+    if not rows:
+        sys.exit(f"{args.root}: no run with engine-side times (vLLM's request stats) under it")
+    table = pd.DataFrame(rows)
+    cols = ["level", "side", "n", *PARTS, "ttft_p50", "ttft_p90"]
+    print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.1f}"))
+
+
+if __name__ == "__main__":
+    main()

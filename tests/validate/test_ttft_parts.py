@@ -1,0 +1,52 @@
+"""scripts/ttft_parts.py: TTFT split into front-end, queue, prefill and output, both sides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.script_module import load_script
+
+parts_script = load_script(Path("ttft_parts.py"))
+
+
+def test_measured_parts_add_up_to_the_ttft_and_skip_requests_without_engine_times() -> None:
+    requests = pd.DataFrame({
+        "status": ["ok", "ok", "error"], "sent_s": [1.0, 2.0, 3.0],
+        "engine_queued_s": [1.004, np.nan, np.nan], "engine_scheduled_s": [1.010, np.nan, np.nan],
+        "engine_first_token_s": [1.040, np.nan, np.nan], "first_token_s": [1.042, 2.05, np.nan],
+    })
+    parts = parts_script.measured_parts(requests)
+    assert len(parts) == 1
+    row = parts.iloc[0]
+    assert row["front_end"] == pytest.approx(0.004) and row["queue"] == pytest.approx(0.006)
+    assert row["prefill"] == pytest.approx(0.030) and row["output"] == pytest.approx(0.002)
+    assert row[["front_end", "queue", "prefill", "output"]].sum() == pytest.approx(row["ttft"])
+
+
+def test_simulated_parts_put_the_front_end_term_first() -> None:
+    records = pd.DataFrame({"status": ["ok", "unfinished"], "arrival_s": [0.0, 1.0],
+                            "first_scheduled_s": [0.008, 1.1], "first_token_s": [0.033, np.nan]})
+    parts = parts_script.simulated_parts(records, frontend_s=0.003)
+    assert len(parts) == 1
+    assert parts["queue"].iloc[0] == pytest.approx(0.008) and parts["prefill"].iloc[0] == pytest.approx(0.022)
+    assert parts[["front_end", "queue", "prefill", "output"]].sum(axis=1).iloc[0] == pytest.approx(0.033)
+
+
+def test_runs_without_engine_times_or_no_runs_are_clear_errors(tmp_path: Path) -> None:
+    older = Path(__file__).resolve().parents[2] / "data" / "validation" / "h200" / "llama-3.1-8b-mix" / "f0.25"
+    with pytest.raises(SystemExit, match="no run with engine-side times"):
+        parts_script.main([str(older)])
+    with pytest.raises(SystemExit, match="holds no measurement"):
+        parts_script.main([str(tmp_path)])
+
+
+def test_timed_run_prints_both_sides(capsys: pytest.CaptureFixture[str]) -> None:
+    run = (Path(__file__).resolve().parents[2] / "data" / "validation" / "h200-fidelity" / "llama-3.1-8b-mix-timed"
+           / "f0.10")
+    parts_script.main([str(run)])
+    out = capsys.readouterr().out
+    assert "measured" in out and "simulated" in out and "front_end" in out
