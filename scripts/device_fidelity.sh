@@ -5,7 +5,7 @@
 #
 #   bash scripts/device_fidelity.sh kernels      # unpack vLLM; attention-shape grid, fp8 GEMMs, quant kernels
 #   bash scripts/device_fidelity.sh msteps       # GEMMs every few rows (96-1,024) and decode attention at live batches
-#   bash scripts/device_fidelity.sh paged        # decode attention over a paged KV cache, every profiled head shape
+#   bash scripts/device_fidelity.sh paged [paged-prefill]   # decode (prefill) attention over a paged KV cache
 #   bash scripts/device_fidelity.sh wide         # attention of 48-96 query heads per GPU (grid "wide")
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh trace NAME ARGS...  # scripts/device_trace.py ARGS into $OUT/NAME.tar.gz
@@ -42,7 +42,7 @@ msteps() {
 
 paged() {
   unpack || return 1
-  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/paged" --only paged --families attention
+  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/paged" --only "${1:-paged}" --families attention
 }
 
 wide() {

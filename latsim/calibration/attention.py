@@ -16,12 +16,15 @@ K and V once per query head and overprices decode by up to the group size.  The 
 prices decode from the uniform rows (a paged kernel's cost follows total KV, not its spread);
 ``skewed`` rows (varlen) are kept for reference.
 
-Decode with ``vllm`` runs the way vLLM 0.25.1's FlashAttention backend runs it (``vllm-fa3-paged``):
-K and V in a paged cache of 16-token blocks (``[blocks, 16, kv heads, head dim]``, a seeded shuffled
-block table), ``seqused_k``, FA3's ahead-of-time scheduler metadata and, for batches a CUDA graph
-holds (at most 512 sequences), the graph's fixed 32 splits.  Paging costs the kernel 5-27 % over a
-contiguous cache at 64-256 sequences (live traces of the engine); prefill keeps the contiguous
-packed layout (``vllm-fa3``).  Every row records the implementation that produced it.
+With ``vllm`` both phases run the way vLLM 0.25.1's FlashAttention backend runs them
+(``vllm-fa3-paged``): K and V in a paged cache of 16-token blocks (``[blocks, 16, kv heads, head
+dim]``, a seeded shuffled block table; a prefill chunk's own keys are in the cache beside its
+cached context, as vLLM writes them before attending), ``seqused_k``, FA3's ahead-of-time
+scheduler metadata and, for steps a CUDA graph holds (at most 512 tokens), the graph's fixed 32
+splits.  Paging costs decode 15-38 % over a contiguous cache at contexts up to 512 (grid
+``paged``), and long prefill chunks 14-28 % in a live trace (``data/traces/``).  The H200 profile's
+prefill rows predate this (contiguous, ``vllm-fa3``); every row records the implementation that
+produced it.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def run(ctx: BenchContext, p: dict[str, Any]) -> dict[str, Any]:
     impl = _backend(ctx)
     if impl == "flash-varlen" and p["phase"] == "decode" and p["mix"] == "uniform" and _padded_backend(ctx):
         impl = "flash-padded"
-    if impl == "vllm" and p["phase"] == "decode" and _paged_ok(ctx):
+    if impl == "vllm" and _paged_ok(ctx):
         impl = "vllm-paged"
     fn = _build(ctx, impl, q_lens, k_lens, hq, hkv, d, causal=p["phase"] == "prefill")
     t = ctx.timer.time(fn)
@@ -93,7 +96,7 @@ def _build(ctx: BenchContext, impl: str, q_lens: list[int], k_lens: list[int], h
         batched = [_batched(ctx, len(k_lens), k_lens[0], hq, hkv, d) for _ in range(sets)]
         return lambda i: _flash_padded(ctx, batched[i % sets])
     if impl == "vllm-paged":
-        caches = [_paged(ctx, k_lens, hq, hkv, d, seed=j) for j in range(sets)]
+        caches = [_paged(ctx, q_lens, k_lens, hq, hkv, d, seed=j) for j in range(sets)]
         return lambda i: _flash_paged(ctx, caches[i % sets])
     packed = [_packed(ctx, q_lens, k_lens, hq, hkv, d) for _ in range(sets)]
     meta = _cu(ctx, q_lens), _cu(ctx, k_lens), max(q_lens), max(k_lens)
@@ -135,12 +138,16 @@ def _flash_vllm(ctx: BenchContext, qkv: tuple[Any, ...], meta: tuple[Any, ...], 
 
 PAGE = 16
 """vLLM's default KV block size (tokens per page)."""
-GRAPH_SPLITS, GRAPH_MAX_BATCH = 32, 512
-"""FA3 splits vLLM fixes for decode batches its CUDA graphs hold (``flash_attn_max_num_splits_for_cuda_graph``)."""
+GRAPH_SPLITS, GRAPH_MAX_TOKENS = 32, 512
+"""FA3 splits vLLM fixes for steps its CUDA graphs hold (``flash_attn_max_num_splits_for_cuda_graph``);
+larger steps leave the split count to FA3's heuristics (0)."""
 
 
-def _paged(ctx: BenchContext, k_lens: list[int], hq: int, hkv: int, d: int, seed: int = 0) -> dict[str, Any]:
-    """A decode batch over a paged KV cache: q, k/v caches, block table, lengths, scheduler metadata."""
+def _paged(ctx: BenchContext, q_lens: list[int], k_lens: list[int], hq: int, hkv: int, d: int,
+           seed: int = 0) -> dict[str, Any]:
+    """A batch over a paged KV cache, as vLLM's FlashAttention backend runs it: queries (one per
+    decode sequence, ``q`` rows of a prefill chunk whose keys, cached context included, are in the
+    cache), k/v caches, a shuffled block table, lengths and FA3's scheduler metadata."""
     from vllm.vllm_flash_attn.flash_attn_interface import get_scheduler_metadata
 
     torch, b = ctx.torch, len(k_lens)
@@ -152,29 +159,30 @@ def _paged(ctx: BenchContext, k_lens: list[int], hq: int, hkv: int, d: int, seed
         table[row, :n] = order[start:start + n]
         start += n
     lens = torch.tensor(k_lens, dtype=torch.int32, device=ctx.device)
-    cu_q = _cu(ctx, [1] * b)
-    splits = GRAPH_SPLITS if b <= GRAPH_MAX_BATCH else 0
-    sched = get_scheduler_metadata(batch_size=b, max_seqlen_q=1, max_seqlen_k=max(k_lens), num_heads_q=hq,
+    cu_q = _cu(ctx, q_lens)
+    splits = GRAPH_SPLITS if sum(q_lens) <= GRAPH_MAX_TOKENS else 0
+    sched = get_scheduler_metadata(batch_size=b, max_seqlen_q=max(q_lens), max_seqlen_k=max(k_lens), num_heads_q=hq,
                                    num_heads_kv=hkv, headdim=d, cache_seqlens=lens, qkv_dtype=torch.bfloat16,
                                    cu_seqlens_q=cu_q, page_size=PAGE, causal=True, num_splits=splits)
     blocks = sum(pages)
-    return {"q": ctx.randn(b, hq, d), "k": ctx.randn(blocks, PAGE, hkv, d), "v": ctx.randn(blocks, PAGE, hkv, d),
-            "table": torch.tensor(table, device=ctx.device), "lens": lens, "cu_q": cu_q, "max_k": max(k_lens),
-            "sched": sched, "splits": splits}
+    return {"q": ctx.randn(sum(q_lens), hq, d), "k": ctx.randn(blocks, PAGE, hkv, d),
+            "v": ctx.randn(blocks, PAGE, hkv, d), "table": torch.tensor(table, device=ctx.device), "lens": lens,
+            "cu_q": cu_q, "max_q": max(q_lens), "max_k": max(k_lens), "sched": sched, "splits": splits}
 
 
 def _flash_paged(ctx: BenchContext, c: dict[str, Any]) -> Any:
-    """vLLM's FA3 decode call over a paged cache (see the module docstring)."""
+    """vLLM's FA3 call over a paged cache (see the module docstring)."""
     from vllm.vllm_flash_attn import flash_attn_varlen_func
 
-    return flash_attn_varlen_func(c["q"], c["k"], c["v"], max_seqlen_q=1, cu_seqlens_q=c["cu_q"],
+    return flash_attn_varlen_func(c["q"], c["k"], c["v"], max_seqlen_q=c["max_q"], cu_seqlens_q=c["cu_q"],
                                   max_seqlen_k=c["max_k"], seqused_k=c["lens"], causal=True,
                                   block_table=c["table"], scheduler_metadata=c["sched"], num_splits=c["splits"],
                                   fa_version=3)
 
 
 def _paged_ok(ctx: BenchContext) -> bool:
-    """Whether the paged FA3 decode matches the float32 reference here (probed once)."""
+    """Whether the paged FA3 call matches the float32 reference here, for decode and for prefill
+    chunks over a cached context (probed once)."""
     if "attention_paged" not in ctx.probes:
         ctx.probes["attention_paged"] = _paged_matches(ctx)
     ok: bool = ctx.probes["attention_paged"]
@@ -183,16 +191,21 @@ def _paged_ok(ctx: BenchContext) -> bool:
 
 def _paged_matches(ctx: BenchContext) -> bool:
     try:
-        hq, hkv, d, k_lens = 8, 2, 64, [40, 7, 33]
-        c = _paged(ctx, k_lens, hq, hkv, d, seed=1)
-        out = _flash_paged(ctx, c).float()
-        table = c["table"].long()
-        k = ctx.torch.cat([c["k"][table[i]].reshape(-1, hkv, d)[:n] for i, n in enumerate(k_lens)]).float()
-        v = ctx.torch.cat([c["v"][table[i]].reshape(-1, hkv, d)[:n] for i, n in enumerate(k_lens)]).float()
-        ref = _reference(ctx.torch, c["q"].float(), k, v, [1] * len(k_lens), k_lens, hq // hkv)
-        return bool(((out - ref).norm() / ref.norm()) < 2e-2)
+        return all(_paged_case_matches(ctx, q_lens, k_lens) for q_lens, k_lens in
+                   (([1, 1, 1], [40, 7, 33]), ([3, 5], [40, 5])))
     except Exception:
         return False
+
+
+def _paged_case_matches(ctx: BenchContext, q_lens: list[int], k_lens: list[int]) -> bool:
+    hq, hkv, d = 8, 2, 64
+    c = _paged(ctx, q_lens, k_lens, hq, hkv, d, seed=1)
+    out = _flash_paged(ctx, c).float()
+    table = c["table"].long()
+    k = ctx.torch.cat([c["k"][table[i]].reshape(-1, hkv, d)[:n] for i, n in enumerate(k_lens)]).float()
+    v = ctx.torch.cat([c["v"][table[i]].reshape(-1, hkv, d)[:n] for i, n in enumerate(k_lens)]).float()
+    ref = _reference(ctx.torch, c["q"].float(), k, v, q_lens, k_lens, hq // hkv)
+    return bool(((out - ref).norm() / ref.norm()) < 2e-2)
 
 
 def _padded(ctx: BenchContext, q_lens: list[int], k_lens: list[int], hq: int, hkv: int, d: int) -> tuple[Any, ...]:
