@@ -61,3 +61,23 @@ def test_wide_grid_holds_a_control_shape_of_the_full_grid() -> None:
     wide = {(p.kwargs["phase"], p.kwargs["hq"], p.kwargs["hkv"]) for p in points(WIDE)}
     full = {(p.kwargs["phase"], p.kwargs["hq"], p.kwargs["hkv"]) for p in points(FULL) if p.family == "attention"}
     assert ("decode", 40, 8) in wide & full and ("decode", 64, 8) in wide - full
+
+
+def test_paged_grids_re_time_every_profiled_attention_point_they_name() -> None:
+    full = {p.id for p in points(FULL) if p.family == "attention"}
+    decode, prefill = points(get_grid("paged")), points(get_grid("paged-prefill"))
+    assert {p.kwargs["phase"] for p in decode} == {"decode"} and {p.kwargs["mix"] for p in decode} == {"uniform"}
+    assert {p.kwargs["phase"] for p in prefill} == {"prefill"}
+    # the same point ids as the full grid's rows, so `merge_calibration.py --mode update` replaces them
+    for grid in (decode, prefill):
+        assert {p.id for p in grid} >= {i for i in full if f"phase={grid[0].kwargs['phase']}" in i
+                                        and ("mix=uniform" in i or "prefill" in i)}
+    study = {(s["hq"], s["hkv"], s["d"]) for s in STUDY_SHAPES["attention"]}
+    assert study <= {(p.kwargs["hq"], p.kwargs["hkv"], p.kwargs["d"]) for p in decode}
+
+
+def test_msteps_grid_steps_through_the_dispatch_buckets_in_both_dtypes() -> None:
+    gemm = [p.kwargs for p in points(get_grid("msteps")) if p.family == "gemm"]
+    for dtype in ("bf16", "fp8"):
+        ms = sorted({g["M"] for g in gemm if g["dtype"] == dtype and (g["K"], g["N"]) == (8192, 57344)})
+        assert ms[0] == 96 and ms[-1] == 1024 and {136, 152, 272, 576} <= set(ms)
