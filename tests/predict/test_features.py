@@ -7,8 +7,14 @@ import pandas as pd
 import pytest
 
 from latsim.costmodel.batch import BatchShape
-from latsim.predict.features import (features_at, first_token_s, launch_share, saturated_request_s, static_features,
-                                     wall_s)
+from latsim.predict.features import (
+    features_at,
+    first_token_s,
+    launch_share,
+    saturated_request_s,
+    static_features,
+    wall_s,
+)
 
 
 class LinearCost:
