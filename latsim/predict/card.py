@@ -22,7 +22,9 @@ def write_card_markdown(card: dict) -> str:
              f"learning rate {card['trees'].get('learning_rate', 0.1)}, at least "
              f"{card['trees'].get('min_child_weight', 1)} rows per leaf; each latency learned as its log-ratio to the "
              "configuration's physics at its load (latsim.predict.surrogate.baseline_ms), made non-decreasing in load "
-             "on a grid of loads",
+             "on a grid of loads"
+             + (f"; stability: {card['stability_trees']['n_estimators']} trees of depth "
+                f"{card['stability_trees']['max_depth']}" if "stability_trees" in card else ""),
              "", "## Training domain", ""]
     domain = card["domain"]
     lines.append(f"- models: {', '.join(domain['models'])}")
@@ -87,13 +89,15 @@ def readme_block(card: dict) -> str:
     lines = [README_BEGIN,
              f"Held-out error against the simulator ({card['sample_size']} configurations of "
              f"{card['num_requests_per_configuration']} requests; median |pred/sim - 1| over every held-out "
-             "configuration; in brackets over the ones the simulator found stable and (the surrogate's) over those "
-             "below 0.75 x the estimated capacity; P90s in `latsim/data/surrogate/CARD.md`):", "",
+             "configuration; in brackets over the ones the simulator found stable, over those below 0.75 x the "
+             "estimated (mean-value) capacity and over those the surrogate predicts stable (where its latencies "
+             "are steady-state figures); P90s in `latsim/data/surrogate/CARD.md`):", "",
              head, "|---|" + "---|" * (len(splits) + bool(noise))]
 
     def cell(errors: dict, target: str) -> str:
-        light = f"; {_pct(errors[target]['median_light'])}" if "median_light" in errors[target] else ""
-        return f"{_pct(errors[target]['median'])} ({_pct(errors[target]['median_stable'])}{light})"
+        more = "".join(f"; {_pct(errors[target][k])}" for k in ("median_light", "median_said_stable")
+                       if k in errors[target])
+        return f"{_pct(errors[target]['median'])} ({_pct(errors[target]['median_stable'])}{more})"
 
     for title, p50, p99 in _README_ROWS:
         cells = [f"{cell(card['held_out'][s], p50)} / {cell(card['held_out'][s], p99)}" for s in splits]
@@ -108,6 +112,10 @@ def readme_block(card: dict) -> str:
     if noise:
         cells.append(f"{_pct(noise['stable_agreement'])} agree")
     lines.append("| stable right (all / load outside 0.75-1.25 x capacity) | " + " | ".join(cells) + " |")
+    shares = [card["held_out"][s]["stable"].get("accuracy_away_from_saturated_boundary") for s in splits]
+    if all(x is not None for x in shares):
+        lines.append("| ... outside 0.75-1.25 x the saturated capacity | " + " | ".join(_pct(x) for x in shares)
+                     + (" | |" if noise else " |"))
     live = card.get("live")
     if live:
         parts = [f"{metric.replace('_ms_', ' ').upper()} {_pct(err['median'])} (simulator "

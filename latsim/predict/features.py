@@ -62,9 +62,12 @@ QUANTILES = (0.5, 0.9, 0.99)
 """Quantiles of the length distributions that the P50/P90/P99 baselines are priced at."""
 
 
+_QUANTILE_Z = tuple(float(norm.ppf(q)) for q in QUANTILES)
+
+
 def length_quantiles(median: float, sigma: float, clip: tuple[int, int]) -> tuple[float, ...]:
     """The :data:`QUANTILES` of a lognormal(median, sigma) clipped to ``clip``."""
-    return tuple(float(np.clip(median * np.exp(sigma * norm.ppf(q)), *clip)) for q in QUANTILES)
+    return tuple(float(np.clip(median * np.exp(sigma * z), *clip)) for z in _QUANTILE_Z)
 
 
 def wall_s(cost: Any, shape: Any, before_s: float = 0.0) -> float:
@@ -157,12 +160,20 @@ def launch_share(room: float, per_step: float, median: float, sigma: float, free
         return 1.0
     if full:
         return float(free > room)
-    from scipy.stats import poisson
-
-    k = np.minimum(poisson.ppf(_POISSON_U, per_step), _LENGTH_Z.shape[1])
+    k = poisson_quantiles(_POISSON_U, per_step, _LENGTH_Z.shape[1])
     lengths = np.maximum(1.0, median * np.exp(sigma * _LENGTH_Z))
     used = np.where(np.arange(_LENGTH_Z.shape[1]) < k[:, None], lengths, 0.0).sum(axis=1)
     return float(np.mean(np.minimum(used, free) > room))
+
+
+def poisson_quantiles(u: np.ndarray, mean: float, most: int) -> np.ndarray:
+    """The quantiles ``u`` of a Poisson(``mean``) count, capped at ``most``: for each ``u`` the
+    least ``k`` whose cumulative probability reaches it (scipy's ``poisson.ppf``, without its
+    per-call overhead)."""
+    k = np.arange(most + 1)
+    log_pmf = k * np.log(max(mean, 1e-300)) - mean - np.cumsum(np.log(np.maximum(k, 1)))
+    cdf = np.cumsum(np.exp(log_pmf))
+    return np.minimum(np.searchsorted(cdf, u, side="left"), most).astype(float)
 
 
 def check_columns(frame: pd.DataFrame) -> None:

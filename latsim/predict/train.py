@@ -22,7 +22,7 @@ import pandas as pd
 from latsim.atomic import atomic_write_text
 from latsim.predict.features import features_at, static_features
 from latsim.predict.recipe import TARGETS, read_results
-from latsim.predict.surrogate import TREES
+from latsim.predict.surrogate import STABILITY_TREES, TREES
 
 SPLITS = ("configuration", "model_family", "gpu")
 
@@ -74,7 +74,8 @@ def build_card(frame: pd.DataFrame, static: pd.DataFrame, live: dict | None) -> 
                   "simulator_commit": simulator_commit(), "sample_size": len(frame),
                   "num_requests_per_configuration": int(frame["num_requests"].iloc[0]),
                   "design": design_text(frame),
-                  "trees": TREES, "stable_share": float(frame["stable"].mean()), "held_out": {}}
+                  "trees": TREES, "stability_trees": STABILITY_TREES, "stable_share": float(frame["stable"].mean()),
+                  "held_out": {}}
     for split in SPLITS:
         card["held_out"][split] = score(frame, feats, cross_predict(frame, static, split, **TREES))
         print(f"held out by {split}: " + ", ".join(
