@@ -70,16 +70,6 @@ def length_quantiles(median: float, sigma: float, clip: tuple[int, int]) -> tupl
     return tuple(float(np.clip(median * np.exp(sigma * z), *clip)) for z in _QUANTILE_Z)
 
 
-def wall_s(cost: Any, shape: Any, before_s: float = 0.0) -> float:
-    """Seconds one step of ``shape`` holds the engine: its price, or, for a step launched kernel
-    by kernel (more tokens than the CUDA graphs hold), at least its launch plus the launch's tail
-    less ``before_s``, the step before it (asynchronous scheduling launches a step while the one
-    before runs: :mod:`latsim.engines.vllm.launch`)."""
-    launch = float(getattr(cost, "launch_s", lambda b: 0.0)(shape))
-    tail = float(getattr(cost, "launch_tail_s", 0.0)) if launch > 0.0 else 0.0
-    return max(float(cost.step_time(shape)), launch + tail - before_s)
-
-
 def prompt_parts_s(cost: Any, budget: int, prompt: float, prefix_share: float, ctx: float) -> tuple[float, float]:
     """``(step seconds, launch seconds)`` of a ``prompt``-token request's uncached tokens, in chunks
     of at most ``budget`` beside one decode of ``ctx`` tokens: the chunks' priced steps, and their
@@ -111,7 +101,8 @@ def saturated_request_s(cost: Any, budget: int, seqs: int, ctx: float, prompt: t
     beside the decodes); each step carries a Poisson(``seqs / S``) number of prompts, and costs
     the decode-only step plus that share of a step with the usual number of prompts' extra
     (token-linear).  A step with more tokens than the CUDA graphs hold (:func:`launch_share` of
-    them) lasts at least its launch and tail less the step before (:func:`wall_s`).  The cycle's
+    them) lasts at least its launch and tail less the step before (asynchronous scheduling launches
+    a step while the one before runs: :mod:`latsim.engines.vllm.launch`).  The cycle's
     time over ``seqs``."""
     from dataclasses import replace
 
