@@ -3,8 +3,10 @@
 The settings and the workload (a trace file or the synthetic one the settings describe) are
 summarised into one grid row (:func:`config_row`); :func:`answer` returns the simulator's
 summary keys filled from the surrogate, ``"cost_model": "surrogate"`` and a ``surrogate``
-block, or ``None`` with the reasons when the configuration is outside what the surrogate
-learned (then the simulator answers).
+block (its ``latency`` says whether the percentiles are steady-state figures, or, where the
+surrogate predicts an unstable run, those of a run of the training length), or ``None`` with
+the reasons when the configuration is outside what the surrogate learned (then the simulator
+answers).
 """
 
 from __future__ import annotations
@@ -94,9 +96,21 @@ def answer(settings: Settings, trace: RequestTrace, surrogate: Any) -> tuple[dic
                             "workload": {k: float(row[k].iloc[0]) for k in ("qps", "input_median", "input_sigma",
                                                                             "output_median", "output_sigma",
                                                                             "prefix_share")},
+                            "latency": latency_meaning(bool(pred["stable"]), surrogate.card),
                             "simulator_commit": surrogate.card.get("simulator_commit"),
                             "held_out_median_error": _headline(surrogate.card)}
     return summary, []
+
+
+def latency_meaning(stable: bool, card: dict) -> str:
+    """What the answer's latency percentiles are: steady-state figures where the surrogate predicts
+    a stable run; where it predicts an unstable one, those of a run of the training length (the
+    queue grows through the run, so they grow with its length, as the simulator's own do)."""
+    if stable:
+        return "steady state"
+    n = card.get("num_requests_per_configuration")
+    return (f"unstable: those of a {n}-request run, growing with the run's length" if n
+            else "unstable: those of a training run, growing with the run's length")
 
 
 def _headline(card: dict) -> dict[str, float] | None:

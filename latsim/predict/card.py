@@ -19,9 +19,12 @@ def write_card_markdown(card: dict) -> str:
              f"- sample: {card['sample_size']} simulated configurations of {card['num_requests_per_configuration']} "
              f"requests each, {card['design']}; {_pct(card['stable_share'])} stable",
              f"- trees per target: {card['trees']['n_estimators']}, depth {card['trees']['max_depth']}, "
-             f"learning rate {card['trees'].get('learning_rate', 0.1)}; each latency learned as its log-ratio to the "
+             f"learning rate {card['trees'].get('learning_rate', 0.1)}, at least "
+             f"{card['trees'].get('min_child_weight', 1)} rows per leaf; each latency learned as its log-ratio to the "
              "configuration's physics at its load (latsim.predict.surrogate.baseline_ms), made non-decreasing in load "
-             "on a grid of loads",
+             "on a grid of loads"
+             + (f"; stability: {card['stability_trees']['n_estimators']} trees of depth "
+                f"{card['stability_trees']['max_depth']}" if "stability_trees" in card else ""),
              "", "## Training domain", ""]
     domain = card["domain"]
     lines.append(f"- models: {', '.join(domain['models'])}")
@@ -29,7 +32,10 @@ def write_card_markdown(card: dict) -> str:
     lines += [f"- {name}: {lo:.4g} .. {hi:.4g}" for name, (lo, hi) in domain["ranges"].items()]
     lines += ["", "## Held-out error against the simulator", "",
               "Median |pred/sim - 1| over all held-out configurations, P90 in brackets, then the median over "
-              "the configurations the simulator found stable, then over those below 0.75 x the estimated capacity."]
+              "the configurations the simulator found stable, then over those below 0.75 x the estimated "
+              "(mean-value) capacity, then over those the surrogate predicts stable (its latencies are steady-state "
+              "figures only there: where it predicts unstable they are those of a run of the training length, "
+              "growing with the run's length, as the simulator's own are)."]
     noise = card.get("noise")
     if noise:
         lines += ["", f"The last column is the simulator's own run-to-run noise at this run length: the same "
@@ -42,16 +48,20 @@ def write_card_markdown(card: dict) -> str:
     for target in TARGETS:
         cells = [f"{_pct(e[target]['median'])} ({_pct(e[target]['p90'])}); {_pct(e[target]['median_stable'])}"
                  + (f"; {_pct(e[target]['median_light'])}" if "median_light" in e[target] else "")
+                 + (f"; {_pct(e[target]['median_said_stable'])}" if "median_said_stable" in e[target] else "")
                  for e in card["held_out"].values()]
         if noise:
             n = noise[target]
             cells.append(f"{_pct(n['median'])} ({_pct(n['p90'])}); {_pct(n['median_stable'])}")
         lines.append(f"| {target} | " + " | ".join(cells) + " |")
     cells = [f"{_pct(e['stable']['accuracy'])} / {_pct(e['stable']['accuracy_away_from_boundary'])}"
+             + (f" / {_pct(e['stable']['accuracy_away_from_saturated_boundary'])}"
+                if "accuracy_away_from_saturated_boundary" in e["stable"] else "")
              for e in card["held_out"].values()]
     if noise:
         cells.append(f"{_pct(noise['stable_agreement'])} agree")
-    lines.append("| stable: accuracy all / away from boundary | " + " | ".join(cells) + " |")
+    lines.append("| stable: accuracy all / away from boundary (estimated capacity / saturated capacity) | "
+                 + " | ".join(cells) + " |")
     live = card.get("live")
     if live:
         lines += ["", f"## Against the live vLLM runs ({live['runs']} Poisson levels under `{live['root']}`, "
@@ -79,13 +89,15 @@ def readme_block(card: dict) -> str:
     lines = [README_BEGIN,
              f"Held-out error against the simulator ({card['sample_size']} configurations of "
              f"{card['num_requests_per_configuration']} requests; median |pred/sim - 1| over every held-out "
-             "configuration; in brackets over the ones the simulator found stable and (the surrogate's) over those "
-             "below 0.75 x the estimated capacity; P90s in `latsim/data/surrogate/CARD.md`):", "",
+             "configuration; in brackets over the ones the simulator found stable, over those below 0.75 x the "
+             "estimated (mean-value) capacity and over those the surrogate predicts stable (where its latencies "
+             "are steady-state figures); P90s in `latsim/data/surrogate/CARD.md`):", "",
              head, "|---|" + "---|" * (len(splits) + bool(noise))]
 
     def cell(errors: dict, target: str) -> str:
-        light = f"; {_pct(errors[target]['median_light'])}" if "median_light" in errors[target] else ""
-        return f"{_pct(errors[target]['median'])} ({_pct(errors[target]['median_stable'])}{light})"
+        more = "".join(f"; {_pct(errors[target][k])}" for k in ("median_light", "median_said_stable")
+                       if k in errors[target])
+        return f"{_pct(errors[target]['median'])} ({_pct(errors[target]['median_stable'])}{more})"
 
     for title, p50, p99 in _README_ROWS:
         cells = [f"{cell(card['held_out'][s], p50)} / {cell(card['held_out'][s], p99)}" for s in splits]
@@ -100,6 +112,10 @@ def readme_block(card: dict) -> str:
     if noise:
         cells.append(f"{_pct(noise['stable_agreement'])} agree")
     lines.append("| stable right (all / load outside 0.75-1.25 x capacity) | " + " | ".join(cells) + " |")
+    shares = [card["held_out"][s]["stable"].get("accuracy_away_from_saturated_boundary") for s in splits]
+    if all(x is not None for x in shares):
+        lines.append("| ... outside 0.75-1.25 x the saturated capacity | " + " | ".join(_pct(x) for x in shares)
+                     + (" | |" if noise else " |"))
     live = card.get("live")
     if live:
         parts = [f"{metric.replace('_ms_', ' ').upper()} {_pct(err['median'])} (simulator "

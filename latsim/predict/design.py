@@ -44,7 +44,8 @@ DIMENSIONS = ("model", "device", "tp", "replicas", "weight_dtype", *DOMAIN)
 def sample(n: int, seed: int, models: Sequence[str] | None = None,
            devices: Sequence[str] | None = None) -> tuple[pd.DataFrame, int]:
     """``(points, dropped)``: up to ``n`` configurations (one per row, with ``id``, ``seed`` and the
-    sampled ``load``) and how many Sobol points no TP could host."""
+    sampled ``load``) and how many Sobol points no TP could host.  Ids are ``seed x n + i`` for the
+    ``i``-th Sobol point, so samples of other seeds (and the same ``n``) never share an id."""
     from latsim import list_devices, list_models
 
     if n < 1:
@@ -58,7 +59,7 @@ def sample(n: int, seed: int, models: Sequence[str] | None = None,
         if row is None:
             dropped += 1
             continue
-        rows.append({"id": i, **row, "seed": seed * 100003 + i})
+        rows.append({"id": seed * n + i, **row, "seed": seed * 100003 + i})
     return pd.DataFrame(rows), dropped
 
 

@@ -28,6 +28,7 @@ def _params(est: BaseEstimator, n_features: int, objective: str) -> dict:
         raise ValueError(f"monotone has {len(monotone)} signs for {n_features} features")
     params = {"objective": objective, "max_depth": est.max_depth,
               "eta": est.learning_rate, "seed": est.random_state,
+              "min_child_weight": getattr(est, "min_child_weight", 1.0),
               "tree_method": "hist", "nthread": 1, "verbosity": 0}
     if monotone and any(monotone):
         params["monotone_constraints"] = "(" + ",".join(str(int(s)) for s in monotone) + ")"
@@ -36,13 +37,15 @@ def _params(est: BaseEstimator, n_features: int, objective: str) -> dict:
 
 class MonotoneBoostedRegressor(RegressorMixin, BaseEstimator):
     """Squared-error boosted trees; ``predict`` is non-decreasing in every feature whose
-    ``monotone`` sign is +1 (non-increasing for -1)."""
+    ``monotone`` sign is +1 (non-increasing for -1).  ``min_child_weight``: the least number of
+    rows a leaf may hold (xgboost's hessian sum, one per row for squared error)."""
 
     def __init__(self, n_estimators: int = 80, max_depth: int = 4, learning_rate: float = 0.1,
-                 monotone: tuple[int, ...] = (), random_state: int = 0) -> None:
+                 monotone: tuple[int, ...] = (), random_state: int = 0, min_child_weight: float = 1.0) -> None:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
+        self.min_child_weight = min_child_weight
         self.monotone = monotone
         self.random_state = random_state
 

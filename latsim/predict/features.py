@@ -5,8 +5,11 @@ TP, replicas, dtypes, engine limits) and a workload summary (rate, lognormal inp
 length median and spread, prefix share).  :func:`features` turns a DataFrame of them into
 numbers a regressor can carry to a model or GPU it never saw: step times from the
 deployment's cost model in :mod:`latsim.costmodel` (the one the simulator uses: calibrated
-where a GPU profile ships, roofline elsewhere), KV bytes per token, the KV capacity of the memory plan, an estimated
-capacity in requests per second, and the offered load over that capacity.
+where a GPU profile ships, roofline elsewhere), KV bytes per token, the KV capacity of the
+memory plan, the first token of a prompt at the input lengths' P50/P90/P99 on an idle
+deployment, two capacities in requests per second (a mean-value one, the design's, and one
+from pricing the steps of a replica held at its batch cap, :func:`saturated_request_s`), and
+the offered load over each.
 
 Everything that does not depend on the rate is computed once per distinct deployment and
 length summary (cached), so a DataFrame of 10,000 rates over a few hundred deployments costs
@@ -39,16 +42,129 @@ _QUANTILES = norm.ppf((np.arange(64) + 0.5) / 64)
 STATIC_FEATURES = ("log_decode_step_ms", "log_decode_full_ms", "log_prefill_ms", "log_first_token_ms",
                    "log_kv_bytes_token", "log_kv_capacity_tokens", "log_batch", "kv_limited", "log_capacity_rps",
                    "mean_in", "mean_out", "in_sigma", "out_sigma", "prefix_share", "replicas", "tp",
-                   "log_params_active", "log_bw_per_gpu", "log_flops_per_gpu", "log_max_num_batched_tokens")
-LOAD_FEATURES = ("load", "load_per_batch", "prefill_utilization", "batch_share_at_load", "log_step_at_load_ms")
+                   "log_params_active", "log_bw_per_gpu", "log_flops_per_gpu", "log_max_num_batched_tokens",
+                   "log_first_token_p50_ms", "log_first_token_p90_ms", "log_first_token_p99_ms",
+                   "log_saturated_rps", "out_p50", "out_p90", "out_p99", "log_prompt_wall_ms")
+LOAD_FEATURES = ("load", "load_saturated", "load_per_batch", "prefill_utilization", "batch_share_at_load",
+                 "log_step_at_load_ms")
 FEATURES = STATIC_FEATURES + LOAD_FEATURES
-"""Feature names in the order of :func:`features`'s columns; every LOAD_FEATURES entry grows with the rate."""
-_HIDDEN = ("capacity_rps", "batch", *(f"_step_{g}" for g in BATCH_GRID))
+"""Feature names in the order of :func:`features`'s columns; the LOAD_FEATURES depend on the rate
+(:func:`features_at`), the others not."""
+_HIDDEN = ("capacity_rps", "batch", "_prompt_step_ms", "_prompt_launch_ms", *(f"_step_{g}" for g in BATCH_GRID))
 
 
 def length_mean(median: float, sigma: float, clip: tuple[int, int]) -> float:
     """Mean of a lognormal(median, sigma) clipped to ``clip`` (64-point quantile rule)."""
     return float(np.clip(median * np.exp(sigma * _QUANTILES), *clip).mean())
+
+
+QUANTILES = (0.5, 0.9, 0.99)
+"""Quantiles of the length distributions that the P50/P90/P99 baselines are priced at."""
+
+
+_QUANTILE_Z = tuple(float(norm.ppf(q)) for q in QUANTILES)
+
+
+def length_quantiles(median: float, sigma: float, clip: tuple[int, int]) -> tuple[float, ...]:
+    """The :data:`QUANTILES` of a lognormal(median, sigma) clipped to ``clip``."""
+    return tuple(float(np.clip(median * np.exp(sigma * z), *clip)) for z in _QUANTILE_Z)
+
+
+def prompt_parts_s(cost: Any, budget: int, prompt: float, prefix_share: float, ctx: float) -> tuple[float, float]:
+    """``(step seconds, launch seconds)`` of a ``prompt``-token request's uncached tokens, in chunks
+    of at most ``budget`` beside one decode of ``ctx`` tokens: the chunks' priced steps, and their
+    launches plus tails (0.0 when they replay CUDA graphs)."""
+    from latsim.costmodel.batch import BatchShape
+
+    new = max(1.0, prompt * (1.0 - prefix_share))
+    chunk = max(1, min(round(new), budget))
+    mixed = BatchShape.from_chunks([(chunk, round(prompt - new))], [int(ctx)])
+    launch = float(getattr(cost, "launch_s", lambda b: 0.0)(mixed))
+    tail = float(getattr(cost, "launch_tail_s", 0.0)) if launch > 0.0 else 0.0
+    return float(cost.step_time(mixed)) * new / chunk, (launch + tail) * new / chunk
+
+
+def first_token_s(cost: Any, budget: int, prompt: float, prefix_share: float, ctx: float) -> float:
+    """Seconds to the first token of a ``prompt``-token request on an idle deployment: the front
+    end, then its uncached tokens in chunks of at most ``budget`` beside one decode of ``ctx``
+    tokens, each chunk's step at least its launch and tail (:func:`prompt_parts_s`)."""
+    return float(getattr(cost, "frontend_s", 0.0)) + max(prompt_parts_s(cost, budget, prompt, prefix_share, ctx))
+
+
+def saturated_request_s(cost: Any, budget: int, seqs: int, ctx: float, prompt: tuple[float, float, float],
+                        prefix_share: float, mean_out: float) -> float:
+    """Engine seconds per request of one replica held at its batch cap ``seqs`` (the inverse of
+    its saturated throughput); ``prompt`` is ``(mean, median, sigma)`` of the prompt lengths.
+
+    A cycle in which all ``seqs`` requests finish and as many prompts join lasts
+    ``S = max(mean_out, seqs x new / free)`` steps (``free = budget - seqs`` prompt tokens fit
+    beside the decodes); each step carries a Poisson(``seqs / S``) number of prompts, and costs
+    the decode-only step plus that share of a step with the usual number of prompts' extra
+    (token-linear).  A step with more tokens than the CUDA graphs hold (:func:`launch_share` of
+    them) lasts at least its launch and tail less the step before (asynchronous scheduling launches
+    a step while the one before runs: :mod:`latsim.engines.vllm.launch`).  The cycle's
+    time over ``seqs``."""
+    from dataclasses import replace
+
+    from latsim.costmodel.batch import BatchShape
+
+    mean, median, sigma = prompt
+    new = max(1.0, mean * (1.0 - prefix_share))
+    free = max(1.0, budget - seqs)
+    steps = max(mean_out, seqs * new / free)
+    per_step = seqs / steps
+    chunks = max(1, round(per_step))
+    tokens = max(1, round(min(free, chunks * new) / chunks))
+    decode = BatchShape(decode_seqs=seqs, decode_kv_tokens=int(seqs * ctx))
+    mixed = replace(BatchShape.from_chunks([(tokens, round(mean - new))] * chunks, []),
+                    decode_seqs=seqs, decode_kv_tokens=int(seqs * ctx))
+    decode_s = float(cost.step_time(decode))
+    share_of_mixed = min(free, per_step * new) / (chunks * tokens)  # the average step's prompt tokens over mixed's
+    step = decode_s + share_of_mixed * (float(cost.step_time(mixed)) - decode_s)
+    limit = getattr(cost, "launch_from", None)
+    if limit is not None:
+        share = launch_share(limit - seqs, per_step, median * (1.0 - prefix_share), sigma, free,
+                             full=steps > mean_out)
+        step = (1.0 - share) * step + share * max(step, _launch_s(cost, mixed, limit) - step)
+    return steps * step / seqs
+
+
+def _launch_s(cost: Any, shape: Any, limit: int) -> float:
+    """Launch plus tail seconds of ``shape`` grown (in prompt tokens) past ``limit`` tokens if it is not."""
+    from dataclasses import replace
+
+    if shape.num_tokens <= limit:
+        shape = replace(shape, prefill_tokens=limit + 1 - shape.decode_seqs)
+    return float(cost.launch_s(shape)) + float(getattr(cost, "launch_tail_s", 0.0))
+
+
+_POISSON_U = (np.arange(512) + 0.5) / 512
+_LENGTH_Z = np.random.default_rng(20261202).standard_normal((512, 16))
+
+
+def launch_share(room: float, per_step: float, median: float, sigma: float, free: float, full: bool = False) -> float:
+    """The share of steps with more than ``room`` prompt tokens: a Poisson(``per_step``) number of
+    prompts of lognormal(``median``, ``sigma``) new tokens each (at most 16), a step holding at
+    most ``free``; ``full``: every step holds ``free`` (prompts queue for the budget).  Computed on
+    a fixed sample of 512 steps, so the answer is deterministic."""
+    if room < 0:
+        return 1.0
+    if full:
+        return float(free > room)
+    k = poisson_quantiles(_POISSON_U, per_step, _LENGTH_Z.shape[1])
+    lengths = np.maximum(1.0, median * np.exp(sigma * _LENGTH_Z))
+    used = np.where(np.arange(_LENGTH_Z.shape[1]) < k[:, None], lengths, 0.0).sum(axis=1)
+    return float(np.mean(np.minimum(used, free) > room))
+
+
+def poisson_quantiles(u: np.ndarray, mean: float, most: int) -> np.ndarray:
+    """The quantiles ``u`` of a Poisson(``mean``) count, capped at ``most``: for each ``u`` the
+    least ``k`` whose cumulative probability reaches it (scipy's ``poisson.ppf``, without its
+    per-call overhead)."""
+    k = np.arange(most + 1)
+    log_pmf = k * np.log(max(mean, 1e-300)) - mean - np.cumsum(np.log(np.maximum(k, 1)))
+    cdf = np.cumsum(np.exp(log_pmf))
+    return np.minimum(np.searchsorted(cdf, u, side="left"), most).astype(float)
 
 
 def check_columns(frame: pd.DataFrame) -> None:
@@ -78,10 +194,17 @@ def static_features(frame: pd.DataFrame) -> pd.DataFrame:
 
 def features_at(static: pd.DataFrame, qps: np.ndarray) -> pd.DataFrame:
     """The :data:`FEATURES` of the rows of ``static`` (:func:`static_features`) at rates ``qps``
-    (req/s, one per row); every :data:`LOAD_FEATURES` entry is non-decreasing in ``qps``."""
+    (req/s, one per row); the loads and ``prefill_utilization`` are non-decreasing in ``qps``,
+    ``batch_share_at_load`` and ``log_step_at_load_ms`` too while a replica's prompts take less
+    than all its time (:func:`step_at_load`).
+
+    ``load`` is the rate over the mean-value capacity ``exp(log_capacity_rps)`` (the design's
+    load, :mod:`latsim.predict.design`), ``load_saturated`` over the saturated-cycle capacity
+    ``exp(log_saturated_rps)`` (:func:`saturated_request_s`), the closer one to the simulator's."""
     qps = np.asarray(qps, dtype=float)
     out = static[list(STATIC_FEATURES)].copy()
-    out["load"] = qps / static["capacity_rps"].to_numpy()
+    out["load"] = qps / np.exp(static["log_capacity_rps"].to_numpy())
+    out["load_saturated"] = qps / static["capacity_rps"].to_numpy()
     out["load_per_batch"] = qps / static["replicas"].to_numpy() / static["batch"].to_numpy()
     util, share, step = step_at_load(static, qps)
     out["prefill_utilization"] = util
@@ -91,27 +214,40 @@ def features_at(static: pd.DataFrame, qps: np.ndarray) -> pd.DataFrame:
 
 
 def step_at_load(static: pd.DataFrame, qps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(prefill utilization, decode batch / its cap, decode step in ms)`` of one replica at ``qps``.
+    """``(prompt utilization, decode batch / its cap, time per decode token in ms)`` of one
+    replica at ``qps``.
 
-    A mean-value model: a replica serves ``r = min(qps, capacity) / replicas`` (past capacity
-    the queue grows, the running batch does not); prefill takes a share
-    ``u = min(r * prefill, 0.95)`` of its time; a decode step of ``n`` sequences costs
-    ``step(n)`` (the cost model at the batches of :data:`BATCH_GRID`, linearly between: concave
-    for MoE models) stretched by ``1 / (1 - u)``; Little's law ``n = r * mean_out * step(n) /
-    (1 - u)`` is solved by fixed-point iteration from ``n = 0`` (its least root), capped at the
-    batch cap ``B``.  Every output is non-decreasing in ``qps``.
-    """
+    A mean-value model: a replica serves ``r = min(qps, capacity) / replicas`` (the saturated
+    capacity ``capacity_rps``; past it the queue grows, the running batch does not).  A decode
+    step of ``n`` sequences costs ``step(n)`` (the cost model at the batches of
+    :data:`BATCH_GRID`, linearly between: concave for MoE models).  A prompt's steps replace
+    decode steps and cost its priced steps ``p`` or, launched without CUDA graphs, its launch
+    ``l`` less the decode step it is launched beside, so each prompt adds
+    ``e(n) = max(p, l - step(n)) - step(n)`` (at least 0): prompts take a share
+    ``u = min(r x e(n), 0.95)`` of the replica's time and a decode token comes every
+    ``step(n) / (1 - u)``.  Little's law ``n = r x mean_out x step(n) / (1 - u)`` is solved by
+    fixed-point iteration from ``n = 0`` (its least root), capped at the batch cap ``B``.  The
+    reported utilization is ``min(r x w, 0.95)`` with ``w`` the idle prompt wall
+    (``log_prompt_wall_ms``), non-decreasing in ``qps``; the batch share and the time per token
+    are too while ``r x max(p, l) < 1``."""
     # a larger batch is never faster (a calibrated model's tables can dip by a fraction of a percent)
     steps = np.maximum.accumulate(static[[f"_step_{g}" for g in BATCH_GRID]].to_numpy() / 1e3, axis=1)
     cap = np.exp(static["log_batch"].to_numpy())
-    r = np.minimum(qps, np.exp(static["log_capacity_rps"].to_numpy())) / static["replicas"].to_numpy()
-    util = np.minimum(r * np.exp(static["log_prefill_ms"].to_numpy()) / 1e3, 0.95)
-    demand = r * static["mean_out"].to_numpy() / (1.0 - util)
+    r = np.minimum(qps, static["capacity_rps"].to_numpy()) / static["replicas"].to_numpy()
+    prompt = static["_prompt_step_ms"].to_numpy() / 1e3
+    launch = static["_prompt_launch_ms"].to_numpy() / 1e3
+    mean_out = static["mean_out"].to_numpy()
+
+    def per_token(n: np.ndarray) -> np.ndarray:
+        step = _interp(steps, np.maximum(n, 1.0))
+        extra = np.maximum(np.maximum(prompt, launch - step) - step, 0.0)
+        return step / (1.0 - np.minimum(r * extra, 0.95))
+
     n = np.zeros(len(static))
     for _ in range(40):
-        n = np.minimum(cap, demand * _interp(steps, np.maximum(n, 1.0)))
-    step = _interp(steps, np.maximum(n, 1.0)) / (1.0 - util)
-    return util, n / cap, step * 1e3
+        n = np.minimum(cap, r * mean_out * per_token(n))
+    wall = np.exp(static["log_prompt_wall_ms"].to_numpy()) / 1e3
+    return np.minimum(r * wall, 0.95), n / cap, per_token(n) * 1e3
 
 
 def _interp(steps: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -154,27 +290,30 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
     step1 = cost.step_time(BatchShape(decode_seqs=1, decode_kv_tokens=int(ctx)))
     step_full = cost.step_time(BatchShape(decode_seqs=seqs, decode_kv_tokens=int(seqs * ctx)))
     new_in = max(1.0, mean_in * (1.0 - prefix_share))
-    chunk = int(min(new_in, engine.max_num_batched_tokens))
-    cached = int(mean_in - new_in)
+    chunk = max(1, min(round(new_in), engine.max_num_batched_tokens))
+    cached = round(mean_in - new_in)
     prefill = cost.step_time(BatchShape.from_chunks([(chunk, cached)], [])) * new_in / chunk
-    # the first token on a lightly loaded deployment: the front end, then the prompt's steps
-    # beside one running decode, each at least its launch (a step beyond the CUDA graphs is
-    # launched layer by layer) and the launch's tail
-    mixed = BatchShape.from_chunks([(chunk, cached)], [int(ctx)])
-    launch = float(getattr(cost, "launch_s", lambda b: 0.0)(mixed))
-    tail = float(getattr(cost, "launch_tail_s", 0.0)) if launch > 0.0 else 0.0
-    first_token = float(getattr(cost, "frontend_s", 0.0)) + max(cost.step_time(mixed), launch + tail) * new_in / chunk
+    first_token = first_token_s(cost, engine.max_num_batched_tokens, mean_in, prefix_share, ctx)
+    firsts = [first_token_s(cost, engine.max_num_batched_tokens, x, prefix_share, ctx)
+              for x in length_quantiles(in_median, in_sigma, INPUT_CLIP)]
     per_request = mean_out * step_full / seqs + prefill
     capacity = replicas / per_request
+    saturated = replicas / saturated_request_s(cost, engine.max_num_batched_tokens, seqs, ctx,
+                                                (mean_in, in_median, in_sigma), prefix_share, mean_out)
+    parts = np.array([prompt_parts_s(cost, engine.max_num_batched_tokens, x, prefix_share, ctx)
+                      for x in np.clip(in_median * np.exp(in_sigma * _QUANTILES[2::4]), *INPUT_CLIP)])
+    prompt_wall = float(np.maximum(parts[:, 0], parts[:, 1]).mean())
+    prompt_step, prompt_launch = parts.mean(axis=0)
     flops = d.device.peak_flops.get(weight_dtype, d.device.peak_flops["bf16"])
     row = (np.log(step1 * 1e3), np.log(step_full * 1e3), np.log(prefill * 1e3), np.log(first_token * 1e3),
            np.log(_kv_bytes(d)), np.log(kv_tokens), np.log(batch), float(batch < engine.max_num_seqs),
            np.log(capacity), mean_in, mean_out, in_sigma, out_sigma, prefix_share, float(replicas), float(tp),
            np.log(_active_params(d.model)), np.log(d.device.hbm_bandwidth), np.log(flops),
-           np.log(engine.max_num_batched_tokens))
+           np.log(engine.max_num_batched_tokens), *(np.log(f * 1e3) for f in firsts), np.log(saturated),
+           *length_quantiles(out_median, out_sigma, OUTPUT_CLIP), np.log(prompt_wall * 1e3))
     grid = [cost.step_time(BatchShape(decode_seqs=min(g, seqs), decode_kv_tokens=int(min(g, seqs) * ctx))) * 1e3
             for g in BATCH_GRID]
-    return (*(float(x) for x in row), capacity, batch, *grid)
+    return (*(float(x) for x in row), saturated, batch, prompt_step * 1e3, prompt_launch * 1e3, *grid)
 
 
 @lru_cache(maxsize=4096)

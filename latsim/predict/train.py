@@ -1,7 +1,8 @@
 """Fit the shipped surrogate from the recipe's simulated rows, score it, write it with its card.
 
-``python -m latsim.predict.train build/surrogate/train --out latsim/data/surrogate
---live data/validation`` reads every part the recipe wrote (:mod:`latsim.predict.recipe`),
+``python -m latsim.predict.train build/surrogate/train [build/surrogate/train2 ...] --out
+latsim/data/surrogate --live data/validation`` reads every part the recipe wrote into each
+folder (:mod:`latsim.predict.recipe`; the points of every folder need distinct ids),
 scores held-out error three ways (:mod:`latsim.predict.heldout`) and against the live runs
 (:mod:`latsim.predict.live`), fits the final surrogate on every row and writes the boosters,
 ``surrogate.json`` (with the card) and ``CARD.md``.
@@ -21,7 +22,7 @@ import pandas as pd
 from latsim.atomic import atomic_write_text
 from latsim.predict.features import features_at, static_features
 from latsim.predict.recipe import TARGETS, read_results
-from latsim.predict.surrogate import TREES
+from latsim.predict.surrogate import STABILITY_TREES, TREES
 
 SPLITS = ("configuration", "model_family", "gpu")
 
@@ -44,6 +45,25 @@ def simulator_commit() -> str:
     return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def read_all(folders: Sequence[str]) -> pd.DataFrame:
+    """The usable rows of every recipe output folder, sorted by id; ValueError when two folders
+    hold the same id (two samples of one seed)."""
+    frame = pd.concat([usable(read_results(f)) for f in folders]).sort_values("id").reset_index(drop=True)
+    dup = frame["id"][frame["id"].duplicated()]
+    if len(dup):
+        raise ValueError(f"point id {int(dup.iloc[0])} appears in more than one of {', '.join(folders)}: "
+                         "each folder must simulate another design sample (--seed)")
+    return frame
+
+
+def design_text(frame: pd.DataFrame) -> str:
+    """Which design samples the rows come from (a point's simulation seed is ``design seed x
+    100003 + its index``, :func:`latsim.predict.design.sample`)."""
+    seeds = sorted({int(s) // 100003 for s in frame["seed"]})
+    return (f"scrambled Sobol sample{'s' if len(seeds) > 1 else ''} of seed{'s' if len(seeds) > 1 else ''} "
+            f"{', '.join(map(str, seeds))} (models/recipe/points*.csv, latsim.predict.design)")
+
+
 def build_card(frame: pd.DataFrame, static: pd.DataFrame, live: dict | None) -> dict:
     """The held-out errors under every split, the live comparison, the domain and provenance."""
     from latsim.predict.heldout import cross_predict, score
@@ -53,8 +73,9 @@ def build_card(frame: pd.DataFrame, static: pd.DataFrame, live: dict | None) -> 
     card: dict = {"trained_utc": datetime.now(UTC).isoformat(timespec="seconds"),
                   "simulator_commit": simulator_commit(), "sample_size": len(frame),
                   "num_requests_per_configuration": int(frame["num_requests"].iloc[0]),
-                  "design": "models/recipe/points.csv (scrambled Sobol, latsim.predict.design)",
-                  "trees": TREES, "stable_share": float(frame["stable"].mean()), "held_out": {}}
+                  "design": design_text(frame),
+                  "trees": TREES, "stability_trees": STABILITY_TREES, "stable_share": float(frame["stable"].mean()),
+                  "held_out": {}}
     for split in SPLITS:
         card["held_out"][split] = score(frame, feats, cross_predict(frame, static, split, **TREES))
         print(f"held out by {split}: " + ", ".join(
@@ -100,13 +121,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     from latsim.predict.surrogate import fit_surrogate, save
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results")
+    parser.add_argument("results", nargs="+", help="the recipe's output folders (one per design sample)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--live", default=None, help="data/validation: also score against the live runs")
     parser.add_argument("--repeat", default=None,
                         help="the recipe's rows of the same points with other seeds (--seed-offset): the noise floor")
     args = parser.parse_args(argv)
-    frame = usable(read_results(args.results))
+    frame = read_all(args.results)
     static = static_features(frame)
     feats = features_at(static, frame["qps"].to_numpy(dtype=float))
     surrogate = fit_surrogate(frame, feats, **TREES)

@@ -26,6 +26,7 @@ def test_surrogate_answers_with_the_simulators_keys(monkeypatch, capsys):
     answer = json.loads(out)
     assert set(answer) == set(SUMMARY_KEYS) | {"surrogate"}
     assert answer["cost_model"] == "surrogate" and answer["surrogate"]["in_domain"] is True
+    assert answer["stable"] is True and answer["surrogate"]["latency"] == "steady state"
     assert answer["ttft_ms"]["p99"] >= answer["ttft_ms"]["p50"] > 0
     assert answer["offered_rps"] == 8.0  # the synthetic workload's rate (the simulator reports its samples')
     assert simulated["offered_rps"] == pytest.approx(8.0, rel=0.3)
@@ -73,3 +74,12 @@ def test_table_output_says_the_surrogate_answered(monkeypatch, capsys):
 def test_what_only_a_simulation_gives_is_refused_in_one_line(extra, says, monkeypatch, capsys):
     code, out, err = run([*BASE, "--surrogate", *extra], monkeypatch, capsys)
     assert code == 2 and out == "" and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_latencies_predicted_unstable_are_said_to_be_a_runs_of_the_training_length():
+    from latsim.predict.answer import latency_meaning
+
+    assert latency_meaning(True, {"num_requests_per_configuration": 1600}) == "steady state"
+    said = latency_meaning(False, {"num_requests_per_configuration": 1600})
+    assert said.startswith("unstable") and "1600-request run" in said
+    assert latency_meaning(False, {}).startswith("unstable")

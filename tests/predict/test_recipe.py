@@ -28,6 +28,17 @@ def test_design_covers_the_domain_with_every_grid_column(points):
     assert points["load"].between(lo, hi).all() and (points["qps"] > 0).all()
     again, _ = sample(8, seed=3, models=MODELS, devices=DEVICES)
     pd.testing.assert_frame_equal(points, again.head(3))  # deterministic for a seed
+    assert points["id"].between(3 * 8, 4 * 8 - 1).all()  # seed x n + index: samples of two seeds never share an id
+
+
+def test_training_refuses_two_folders_holding_the_same_points(points, tmp_path):
+    from latsim.predict.train import design_text, read_all
+
+    for out in ("a", "b"):
+        run(points.head(1), tmp_path / out, num_requests=20, workers=1)
+    with pytest.raises(ValueError, match="appears in more than one"):
+        read_all([str(tmp_path / "a"), str(tmp_path / "b")])
+    assert design_text(read_all([str(tmp_path / "a")])).startswith("scrambled Sobol sample of seed 3 ")
 
 
 def test_recipe_simulates_resumes_and_reads_back(points, tmp_path):

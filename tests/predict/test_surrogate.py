@@ -41,7 +41,9 @@ def test_the_installed_package_ships_the_surrogate_as_json():
         text = (folder / name).read_text()
         assert json.loads(text)["learner"]  # xgboost's JSON model format, not pickle
         total += len(text.encode())
-    assert total <= 3 * 2**20
+    # 400 trees of depth 6 per target take about 2 MiB of JSON each (about 0.5 MiB compressed, as git
+    # and the wheel store them); 100 of depth 4 took 0.2 MiB but missed by 2 points more (models/recipe/README.md)
+    assert total <= 24 * 2**20
 
 
 def test_predict_is_vectorised_over_the_grid_columns(surrogate):
@@ -106,7 +108,7 @@ def test_another_format_version_is_refused(copy):
     manifest = json.loads((copy / "surrogate.json").read_text())
     manifest["format"] = "latsim-surrogate/0"
     (copy / "surrogate.json").write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match="has format 'latsim-surrogate/0', this latsim reads 'latsim-surrogate/2'"):
+    with pytest.raises(ValueError, match="has format 'latsim-surrogate/0', this latsim reads 'latsim-surrogate/3'"):
         load_surrogate(copy)
 
 
