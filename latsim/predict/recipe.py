@@ -156,8 +156,14 @@ def run(points: pd.DataFrame, out: str | Path, num_requests: int = 300, workers:
 
 
 def _write_part(out: Path, rows: list[dict]) -> None:
+    """Write one chunk as ``part-<first id>.parquet``; a name already taken (a folder whose parts
+    were edited by hand) gets the next free ``-<n>`` suffix, so no finished row is overwritten."""
     frame = pd.DataFrame(rows)
-    atomic_write(out / f"part-{int(frame['id'].min()):06d}.parquet", lambda f: frame.to_parquet(f, index=False))
+    stem = f"part-{int(frame['id'].min()):06d}"
+    path, n = out / f"{stem}.parquet", 1
+    while path.exists():
+        path, n = out / f"{stem}-{n}.parquet", n + 1
+    atomic_write(path, lambda f: frame.to_parquet(f, index=False))
     print(f"{out}: ids {frame['id'].min()}..{frame['id'].max()} "
           f"({frame['sim_seconds'].sum():.1f} s simulated)", flush=True)
 

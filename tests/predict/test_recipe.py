@@ -70,3 +70,16 @@ def test_stability_rule():
     unfinished = _records(arrival, arrival + 1.0)
     unfinished.loc[5, "status"] = "unfinished"
     assert not is_stable(unfinished)
+
+
+def test_a_chunk_never_overwrites_a_part_whose_name_it_shares(points, tmp_path):
+    from latsim.predict.recipe import _write_part
+
+    out = tmp_path / "out"
+    out.mkdir()
+    first = int(points["id"].iloc[0])
+    # a hand-edited folder: a part named after a point it no longer holds
+    pd.DataFrame({"id": [first + 1], "sim_seconds": [0.1]}).to_parquet(out / f"part-{first:06d}.parquet")
+    _write_part(out, [{"id": first, "sim_seconds": 0.2}])
+    ids = sorted(int(i) for p in out.glob("part-*.parquet") for i in pd.read_parquet(p)["id"])
+    assert ids == [first, first + 1]
