@@ -180,13 +180,18 @@ def _flash_paged(ctx: BenchContext, c: dict[str, Any]) -> Any:
                                   fa_version=3)
 
 
+def _probed(ctx: BenchContext, key: str, check: Any) -> bool:
+    """``check(ctx)``'s verdict, computed once per run and kept in ``ctx.probes[key]``."""
+    if key not in ctx.probes:
+        ctx.probes[key] = check(ctx)
+    ok: bool = ctx.probes[key]
+    return ok
+
+
 def _paged_ok(ctx: BenchContext) -> bool:
     """Whether the paged FA3 call matches the float32 reference here, for decode and for prefill
     chunks over a cached context (probed once)."""
-    if "attention_paged" not in ctx.probes:
-        ctx.probes["attention_paged"] = _paged_matches(ctx)
-    ok: bool = ctx.probes["attention_paged"]
-    return ok
+    return _probed(ctx, "attention_paged", _paged_matches)
 
 
 def _paged_matches(ctx: BenchContext) -> bool:
@@ -234,10 +239,7 @@ def _flash_padded(ctx: BenchContext, qkv: tuple[Any, ...]) -> Any:
 
 def _padded_backend(ctx: BenchContext) -> bool:
     """Whether ``flash-padded`` matches the float32 reference here (probed once)."""
-    if "attention_padded" not in ctx.probes:
-        ctx.probes["attention_padded"] = _padded_matches(ctx)
-    ok: bool = ctx.probes["attention_padded"]
-    return ok
+    return _probed(ctx, "attention_padded", _padded_matches)
 
 
 def _padded_matches(ctx: BenchContext) -> bool:
