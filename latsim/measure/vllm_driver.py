@@ -127,14 +127,15 @@ class VllmBackend:
         stream = self._engine.generate(prompt, self._params(spec.output_tokens), request_id=spec.request_id)
         async for out in stream:
             rec.chunk(sum(len(c.token_ids) for c in out.outputs[:1]))
+            if not rec.engine or out.finished:  # the first output carries the early times, the last the end
+                record_engine_times(rec, getattr(out, "metrics", None), last=out.finished)
             if out.finished:
-                record_engine_times(rec, getattr(out, "metrics", None), last=True)
                 break
-            record_engine_times(rec, getattr(out, "metrics", None), last=False)
 
 
 _ENGINE_STATS = (("engine_queued_s", "queued_ts"), ("engine_scheduled_s", "scheduled_ts"),
                  ("engine_first_token_s", "first_token_ts"))
+_LAST_TOKEN = ("engine_last_token_s", "last_token_ts")
 
 
 def record_engine_times(rec: Recorder, stats: Any, *, last: bool) -> None:
@@ -144,14 +145,10 @@ def record_engine_times(rec: Recorder, stats: Any, *, last: bool) -> None:
     known, the last token with the finishing output."""
     if stats is None:
         return
-    for key, attr in _ENGINE_STATS:
+    for key, attr in (*_ENGINE_STATS, _LAST_TOKEN) if last else _ENGINE_STATS:
         value = getattr(stats, attr, 0.0)
         if isinstance(value, (int, float)):
             rec.engine_time(key, float(value))
-    if last:
-        value = getattr(stats, "last_token_ts", 0.0)
-        if isinstance(value, (int, float)):
-            rec.engine_time("engine_last_token_s", float(value))
 
 
 # ---------------------------------------------------------------------------- config snapshot
