@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +35,7 @@ import pandas as pd
 from latsim.deployment import resolve_engine
 from latsim.measure.records import load_run
 from latsim.sim.simulate import default_cost_model
-from latsim.validate.compare import compare_run, deployment_for, find_runs, run_host_speed
+from latsim.validate.compare import compare_run, find_runs, replay_deployment
 
 PARTS = ("front_end", "queue", "prefill", "output", "ttft")
 
@@ -54,8 +53,8 @@ def measured_parts(requests: pd.DataFrame) -> pd.DataFrame:
 
 
 def simulated_parts(records: pd.DataFrame, frontend_s: float) -> pd.DataFrame:
-    """The replay's parts: its single front-end term split evenly is not claimed, so
-    ``front_end`` holds all of it and ``output`` is zero."""
+    """The replay's parts.  Its one front-end term stands for both the input and the output
+    path; it is put in ``front_end`` whole, and ``output`` is zero."""
     done = records[records["status"] == "ok"]
     first = done["first_token_s"] - frontend_s
     return pd.DataFrame({
@@ -74,9 +73,7 @@ def level_rows(run_dir: Path, host_speed: float | str) -> list[dict[str, object]
     if measured.empty:
         return []
     cmp = compare_run(run_dir, "h200", host_speed=host_speed)
-    deployment = deployment_for(m.meta, "h200")
-    speed = run_host_speed(m.meta, host_speed)
-    deployment = replace(deployment, engine=replace(deployment.engine, host_speed=speed))
+    deployment = replay_deployment(m.meta, "h200", host_speed)
     frontend = default_cost_model(deployment, resolve_engine(deployment)).frontend_s
     sides = {"measured": measured, "simulated": simulated_parts(cmp.predicted_records, frontend)}
     rows = []

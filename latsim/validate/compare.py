@@ -116,6 +116,16 @@ def profile_cost_model(deployment: Deployment, profile: Path):
     return default_cost_model(deployment, resolve_engine(deployment), gpu=gpu)
 
 
+def replay_deployment(meta: dict, device: str, host_speed: float | str = 1.0) -> Deployment:
+    """The deployment a run measured (:func:`deployment_for`) on a host of ``host_speed``
+    (:func:`run_host_speed`): what :func:`compare_run` replays it with."""
+    deployment = deployment_for(meta, device)
+    speed = run_host_speed(meta, host_speed)
+    if speed != 1.0:
+        deployment = replace(deployment, engine=replace(deployment.engine, host_speed=speed))
+    return deployment
+
+
 def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=None,
                 host_speed: float | str = 1.0, profile: Path | None = None) -> LevelComparison:
     """Replay one measured run and summarise both sides with the same metric code, on a host
@@ -125,10 +135,7 @@ def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=N
     from latsim.sim.simulate import simulate
 
     m = load_run(run_dir)
-    deployment = deployment_for(m.meta, device)
-    speed = run_host_speed(m.meta, host_speed)
-    if speed != 1.0:
-        deployment = replace(deployment, engine=replace(deployment.engine, host_speed=speed))
+    deployment = replay_deployment(m.meta, device, host_speed)
     if cost_model is None and profile is not None:
         cost_model = profile_cost_model(deployment, profile)
     result = simulate(deployment, m.to_trace(), seed=seed, cost_model=cost_model)
