@@ -73,12 +73,10 @@ def run(ctx: BenchContext, p: dict[str, Any]) -> dict[str, Any]:
     if impl == "flash-varlen" and p["phase"] == "decode" and p["mix"] == "uniform" and _padded_backend(ctx):
         impl = "flash-padded"
     if impl == "vllm" and _paged_ok(ctx):
-        impl = "vllm-paged"
+        impl = "vllm-fa3-paged"
     fn = _build(ctx, impl, q_lens, k_lens, hq, hkv, d, causal=p["phase"] == "prefill")
     t = ctx.timer.time(fn)
-    if impl == "vllm-paged":
-        impl = "vllm-fa3-paged"
-    elif impl == "vllm":
+    if impl == "vllm":
         impl = "vllm-fa3" if ctx.probes.get("attention_fa3", True) else "vllm-fa2"
     flops, nbytes = work(hq, hkv, d, sum(q_lens), pairs, sum(k_lens))
     return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps, "impl": impl,
@@ -95,7 +93,7 @@ def _build(ctx: BenchContext, impl: str, q_lens: list[int], k_lens: list[int], h
     if impl == "flash-padded":
         batched = [_batched(ctx, len(k_lens), k_lens[0], hq, hkv, d) for _ in range(sets)]
         return lambda i: _flash_padded(ctx, batched[i % sets])
-    if impl == "vllm-paged":
+    if impl == "vllm-fa3-paged":
         caches = [_paged(ctx, q_lens, k_lens, hq, hkv, d, seed=j) for j in range(sets)]
         return lambda i: _flash_paged(ctx, caches[i % sets])
     packed = [_packed(ctx, q_lens, k_lens, hq, hkv, d) for _ in range(sets)]
