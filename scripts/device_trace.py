@@ -160,24 +160,22 @@ def write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 
 class Client:
-    """Sends requests to an ``AsyncLLM`` and keeps each one's token times."""
+    """Sends requests to an ``AsyncLLM`` and keeps each one's token times.  Prompts are the
+    measurement driver's (random ids from a stream keyed by the request id, so no two share a
+    cached prefix) and so are the sampling parameters (exactly ``out`` tokens, as deltas)."""
 
     def __init__(self, engine: Any, vocab: int) -> None:
-        self.engine, self.vocab, self.n = engine, vocab, 0
+        self.engine, self.vocab = engine, vocab
         self.times: dict[str, list[float]] = {}
         self.sent: dict[str, float] = {}
 
-    def ids(self, length: int) -> list[int]:
-        self.n += 1
-        return [(self.n * 7919 + 104729 * j) % (self.vocab - 10) + 5 for j in range(length)]
-
     async def one(self, rid: str, prompt: int, out: int) -> None:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-        params = SamplingParams(max_tokens=out, min_tokens=out, ignore_eos=True, detokenize=False,
-                                output_kind=RequestOutputKind.DELTA)
+        from latsim.measure.loadgen import prompt_stream
+        from latsim.measure.vllm_driver import vllm_sampling_params
+
+        ids = prompt_stream(0, rid).integers(10, self.vocab, prompt).tolist()
         self.times[rid], self.sent[rid] = [], time.perf_counter()
-        async for o in self.engine.generate({"prompt_token_ids": self.ids(prompt)}, params, request_id=rid):
+        async for o in self.engine.generate({"prompt_token_ids": ids}, vllm_sampling_params(out), request_id=rid):
             self.times[rid].extend([time.perf_counter()] * max(1, len(o.outputs[0].token_ids)))
             if o.finished:
                 break
@@ -214,22 +212,34 @@ async def _profiled(engine: Any, body: Any) -> float:
     return time.perf_counter() - t
 
 
+async def start_decoders(client: Client, tag: str, count: int, prompt: int,
+                         out: int) -> tuple[list[str], list[Any], bool]:
+    """``count`` requests decoding in the background: (their ids, their tasks, whether every one
+    had its first token within two minutes); returns half a second after that."""
+    rids = [f"{tag}-d{j}" for j in range(count)]
+    tasks = [asyncio.ensure_future(client.one(r, prompt, out)) for r in rids]
+    started = await _until(lambda: all(client.times.get(r) for r in rids), 120)
+    await asyncio.sleep(0.5)
+    return rids, tasks, started
+
+
+async def stop_decoders(engine: Any, rids: list[str], tasks: list[Any]) -> None:
+    await engine.abort(rids)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def decode(engine: Any, client: Client, sc: dict[str, Any], window_s: float, tag: str) -> dict[str, Any]:
     """S decoders; unprofiled gaps over ``window_s``, then a profiled stretch of the same length."""
-    rids = [f"{tag}-d{j}" for j in range(sc["seqs"])]
-    tasks = [asyncio.ensure_future(client.one(r, sc["in"], 4000)) for r in rids]
-    ok = await _until(lambda: all(client.times.get(r) for r in rids), 120)
-    await asyncio.sleep(0.5)
+    rids, tasks, ok = await start_decoders(client, tag, sc["seqs"], sc["in"], 4000)
     t0 = time.perf_counter()
     await asyncio.sleep(window_s)
     gaps = gaps_in(client, rids, t0, time.perf_counter())
     context = sc["in"] + _median([float(len(client.times[r])) for r in rids])
     prof_s = await _profiled(engine, lambda: asyncio.sleep(min(window_s, 1.0)))
     context_end = sc["in"] + _median([float(len(client.times[r])) for r in rids])
-    await engine.abort(rids)
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await stop_decoders(engine, rids, tasks)
     return {"all_started": ok, "itl_median_ms": 1e3 * (_median(gaps) or float("nan")), "gaps": len(gaps),
             "profile_wall_s": prof_s, "context_at_profile": [context, context_end]}
 
@@ -244,41 +254,39 @@ async def serial_prompts(client: Client, tag: str, n: int, length: int) -> list[
     return out
 
 
-async def prefill(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
+async def profiled_prompts(engine: Any, client: Client, sc: dict[str, Any],
+                           tag: str) -> tuple[dict[str, Any], float]:
+    """The scenario's ``n`` prompts of ``in`` tokens one after another, first without the
+    profiler, then again with it on: both sides' TTFTs (ms) and the profiled stretch's wall
+    time, and the ``perf_counter`` at which the unprofiled prompts were done."""
     ttft = await serial_prompts(client, f"{tag}-u", sc["n"], sc["in"])
+    unprofiled_end = time.perf_counter()
     holder: dict[str, list[float]] = {}
 
     async def body() -> None:
         holder["ttft"] = await serial_prompts(client, f"{tag}-q", sc["n"], sc["in"])
 
     prof_s = await _profiled(engine, body)
-    return {"ttft_ms": [1e3 * t for t in ttft], "ttft_profiled_ms": [1e3 * t for t in holder["ttft"]],
-            "profile_wall_s": prof_s}
+    return ({"ttft_ms": [1e3 * t for t in ttft], "ttft_profiled_ms": [1e3 * t for t in holder["ttft"]],
+             "profile_wall_s": prof_s}, unprofiled_end)
+
+
+async def prefill(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
+    res, _ = await profiled_prompts(engine, client, sc, tag)
+    return res
 
 
 async def chunked(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
-    rids = [f"{tag}-d{j}" for j in range(sc["decodes"])]
-    tasks = [asyncio.ensure_future(client.one(r, sc["din"], 6000)) for r in rids]
-    await _until(lambda: all(client.times.get(r) for r in rids), 120)
-    await asyncio.sleep(0.5)
+    """Long prompts beside ``decodes`` decoders; the decoders' gaps before (quiet) and while the
+    unprofiled prompts ran (busy: the largest 16 gaps per prompt)."""
+    rids, tasks, _ = await start_decoders(client, tag, sc["decodes"], sc["din"], 6000)
     t0 = time.perf_counter()
     quiet = gaps_in(client, rids, t0 - 0.5, t0)
-    ttft = await serial_prompts(client, f"{tag}-u", sc["n"], sc["in"])
-    busy = gaps_in(client, rids, t0, time.perf_counter())
-    holder: dict[str, list[float]] = {}
-
-    async def body() -> None:
-        holder["ttft"] = await serial_prompts(client, f"{tag}-q", sc["n"], sc["in"])
-
-    prof_s = await _profiled(engine, body)
-    await engine.abort(rids)
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    return {"ttft_ms": [1e3 * t for t in ttft], "ttft_profiled_ms": [1e3 * t for t in holder["ttft"]],
-            "decode_itl_quiet_ms": 1e3 * (_median(quiet) or float("nan")),
-            "decode_itl_busy_ms": sorted(1e3 * g for g in busy)[-4 * sc["n"] * 4:] if busy else [],
-            "profile_wall_s": prof_s}
+    res, unprofiled_end = await profiled_prompts(engine, client, sc, tag)
+    busy = gaps_in(client, rids, t0, unprofiled_end)
+    await stop_decoders(engine, rids, tasks)
+    return {**res, "decode_itl_quiet_ms": 1e3 * (_median(quiet) or float("nan")),
+            "decode_itl_busy_ms": sorted(1e3 * g for g in busy)[-16 * sc["n"]:] if busy else []}
 
 
 def newest_trace(folder: Path, seen: set[Path]) -> Path | None:
