@@ -19,11 +19,14 @@ a few hundred cost-model builds.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from scipy.stats import norm
+
+if TYPE_CHECKING:
+    from latsim.costmodel.batch import CostModel
 
 DEPLOYMENT_COLUMNS = ("model", "device", "tp", "replicas", "weight_dtype", "kv_dtype", "max_num_seqs",
                       "max_num_batched_tokens")
@@ -70,7 +73,8 @@ def length_quantiles(median: float, sigma: float, clip: tuple[int, int]) -> tupl
     return tuple(float(np.clip(median * np.exp(sigma * z), *clip)) for z in _QUANTILE_Z)
 
 
-def prompt_parts_s(cost: Any, budget: int, prompt: float, prefix_share: float, ctx: float) -> tuple[float, float]:
+def prompt_parts_s(cost: CostModel, budget: int, prompt: float, prefix_share: float,
+                   ctx: float) -> tuple[float, float]:
     """``(step seconds, launch seconds)`` of a ``prompt``-token request's uncached tokens, in chunks
     of at most ``budget`` beside one decode of ``ctx`` tokens: the chunks' priced steps, and their
     launches plus tails (0.0 when they replay CUDA graphs)."""
@@ -79,19 +83,19 @@ def prompt_parts_s(cost: Any, budget: int, prompt: float, prefix_share: float, c
     new = max(1.0, prompt * (1.0 - prefix_share))
     chunk = max(1, min(round(new), budget))
     mixed = BatchShape.from_chunks([(chunk, round(prompt - new))], [int(ctx)])
-    launch = float(getattr(cost, "launch_s", lambda b: 0.0)(mixed))
-    tail = float(getattr(cost, "launch_tail_s", 0.0)) if launch > 0.0 else 0.0
+    launch = float(cost.launch_s(mixed))
+    tail = float(cost.launch_tail_s) if launch > 0.0 else 0.0
     return float(cost.step_time(mixed)) * new / chunk, (launch + tail) * new / chunk
 
 
-def first_token_s(cost: Any, budget: int, prompt: float, prefix_share: float, ctx: float) -> float:
+def first_token_s(cost: CostModel, budget: int, prompt: float, prefix_share: float, ctx: float) -> float:
     """Seconds to the first token of a ``prompt``-token request on an idle deployment: the front
     end, then its uncached tokens in chunks of at most ``budget`` beside one decode of ``ctx``
     tokens, each chunk's step at least its launch and tail (:func:`prompt_parts_s`)."""
-    return float(getattr(cost, "frontend_s", 0.0)) + max(prompt_parts_s(cost, budget, prompt, prefix_share, ctx))
+    return float(cost.frontend_s) + max(prompt_parts_s(cost, budget, prompt, prefix_share, ctx))
 
 
-def saturated_request_s(cost: Any, budget: int, seqs: int, ctx: float, prompt: tuple[float, float, float],
+def saturated_request_s(cost: CostModel, budget: int, seqs: int, ctx: float, prompt: tuple[float, float, float],
                         prefix_share: float, mean_out: float) -> float:
     """Engine seconds per request of one replica held at its batch cap ``seqs`` (the inverse of
     its saturated throughput); ``prompt`` is ``(mean, median, sigma)`` of the prompt lengths.
@@ -121,7 +125,7 @@ def saturated_request_s(cost: Any, budget: int, seqs: int, ctx: float, prompt: t
     decode_s = float(cost.step_time(decode))
     share_of_mixed = min(free, per_step * new) / (chunks * tokens)  # the average step's prompt tokens over mixed's
     step = decode_s + share_of_mixed * (float(cost.step_time(mixed)) - decode_s)
-    limit = getattr(cost, "launch_from", None)
+    limit = cost.launch_from
     if limit is not None:
         share = launch_share(limit - seqs, per_step, median * (1.0 - prefix_share), sigma, free,
                              full=steps > mean_out)
@@ -129,13 +133,13 @@ def saturated_request_s(cost: Any, budget: int, seqs: int, ctx: float, prompt: t
     return steps * step / seqs
 
 
-def _launch_s(cost: Any, shape: Any, limit: int) -> float:
+def _launch_s(cost: CostModel, shape: Any, limit: int) -> float:
     """Launch plus tail seconds of ``shape`` grown (in prompt tokens) past ``limit`` tokens if it is not."""
     from dataclasses import replace
 
     if shape.num_tokens <= limit:
         shape = replace(shape, prefill_tokens=limit + 1 - shape.decode_seqs)
-    return float(cost.launch_s(shape)) + float(getattr(cost, "launch_tail_s", 0.0))
+    return float(cost.launch_s(shape)) + float(cost.launch_tail_s)
 
 
 _POISSON_U = (np.arange(512) + 0.5) / 512
