@@ -7,6 +7,8 @@
 #   bash scripts/device_fidelity.sh msteps       # GEMMs every few rows (96-1,024) and decode attention at live batches
 #   bash scripts/device_fidelity.sh paged [paged-prefill]   # decode (prefill) attention over a paged KV cache
 #   bash scripts/device_fidelity.sh wide         # attention of 48-96 query heads per GPU (grid "wide")
+#   bash scripts/device_fidelity.sh grids G...   # the named grids one after another, gemm and attention
+#                                                # (e.g. paged-prefill msteps-high marlin fp8-kv window)
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh trace NAME ARGS...  # scripts/device_trace.py ARGS into $OUT/NAME.tar.gz
 #
@@ -48,6 +50,15 @@ paged() {
 wide() {
   unpack || return 1
   python3 -m latsim.calibration.run_device --device h200 --out "$OUT/wide" --only wide --families attention
+}
+
+grids() {
+  unpack || return 1
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  local g
+  for g in "$@"; do
+    python3 -m latsim.calibration.run_device --device h200 --out "$OUT/$g" --only "$g" --families gemm,attention
+  done
 }
 
 live() {

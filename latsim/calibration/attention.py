@@ -25,6 +25,12 @@ splits.  Paging costs decode 15-38 % over a contiguous cache at contexts up to 5
 ``paged``), and long prefill chunks 14-28 % in a live trace (``data/traces/``).  The H200 profile's
 prefill rows predate this (contiguous, ``vllm-fa3``); every row records the implementation that
 produced it.
+
+Two options of a point run only on that paged path (elsewhere the point is skipped, reason
+recorded): ``kv=fp8``, an FP8 KV cache as ``--kv-cache-dtype fp8`` runs it (queries, keys and
+values in float8_e4m3, unit per-sequence, per-KV-head descales, bf16 output:
+``vllm-fa3-paged-fp8kv``), and ``window=W``, a sliding window of ``W`` tokens (FA3's
+``window_size=(W - 1, 0)``, as vLLM passes a model's ``sliding_window``).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from latsim.calibration.context import BenchContext
+from latsim.calibration.context import BenchContext, Skip
 from latsim.calibration.timing import rotation_sets
 
 MIXES = ("uniform", "skewed")
@@ -53,38 +59,74 @@ def decode_lengths(batch: int, ctx: int, mix: str) -> list[int]:
     return [max(1, round(ctx * x)) for x in w / w.mean()]
 
 
-def work(hq: int, hkv: int, d: int, q_rows: int, pairs: float, kv_tokens: int) -> tuple[float, float]:
-    """(FLOPs, minimum bytes): QK and PV products; Q in, O out, K and V read once (bf16)."""
-    return 4.0 * d * hq * pairs, 4.0 * d * (q_rows * hq + kv_tokens * hkv)
+KV_BYTES = {"bf16": 2.0, "fp8": 1.0}
+
+
+def work(hq: int, hkv: int, d: int, q_rows: int, pairs: float, kv_tokens: int, kv: str = "bf16") -> tuple[float, float]:
+    """(FLOPs, minimum bytes): QK and PV products; Q in (in the cache's dtype), bf16 O out, K and V
+    read once."""
+    b = KV_BYTES[kv]
+    return 4.0 * d * hq * pairs, d * (q_rows * hq * (b + 2.0) + 2.0 * kv_tokens * hkv * b)
+
+
+def windowed(k_lens: list[int], q_lens: list[int], window: int) -> tuple[list[int], float]:
+    """(KV tokens each sequence reads, query-key pairs) under a sliding window of ``window``
+    tokens (0: none): a query attends to itself and the ``window - 1`` tokens before it."""
+    if not window:
+        pairs = sum(q * k - q * (q - 1) / 2 for q, k in zip(q_lens, k_lens, strict=True))
+        return list(k_lens), float(pairs)
+    reads, pairs = [], 0.0
+    for q, k in zip(q_lens, k_lens, strict=True):
+        first = k - q  # position of the first query
+        reads.append(min(k, window + q - 1))
+        pairs += _window_pairs(first, k, window)
+    return reads, pairs
+
+
+def _window_pairs(first: int, k: int, window: int) -> float:
+    """Closed form of ``sum(min(p + 1, window) for p in range(first, k))``."""
+    lo, hi = first + 1, k  # sum of min(x, window) for x in lo..hi
+    below = max(0, min(hi, window) - lo + 1)
+    s = below * (lo + min(hi, window)) / 2 if below else 0.0
+    return s + max(0, hi - max(lo, window + 1) + 1) * window
 
 
 def run(ctx: BenchContext, p: dict[str, Any]) -> dict[str, Any]:
     """Time one point ``{phase: prefill, q, ctx, hq, hkv, d}`` or ``{phase: decode, batch, ctx, mix, ...}``."""
     hq, hkv, d = int(p["hq"]), int(p["hkv"]), int(p["d"])
+    kv, window = str(p.get("kv", "bf16")), int(p.get("window", 0))
+    if kv not in KV_BYTES:
+        raise ValueError(f"attention kv={kv!r}; accepted: {', '.join(KV_BYTES)}")
     if p["phase"] == "prefill":
         q_lens, k_lens = [int(p["q"])], [int(p["q"]) + int(p["ctx"])]
-        pairs = prefill_pairs(int(p["q"]), int(p["ctx"]))
     elif p["phase"] == "decode":
         k_lens = decode_lengths(int(p["batch"]), int(p["ctx"]), str(p["mix"]))
-        q_lens, pairs = [1] * len(k_lens), float(sum(k_lens))
+        q_lens = [1] * len(k_lens)
     else:
         raise ValueError(f"attention phase={p['phase']!r}; accepted: prefill, decode")
+    reads, pairs = windowed(k_lens, q_lens, window)
     impl = _backend(ctx)
     if impl == "flash-varlen" and p["phase"] == "decode" and p["mix"] == "uniform" and _padded_backend(ctx):
         impl = "flash-padded"
     if impl == "vllm" and _paged_ok(ctx):
         impl = "vllm-fa3-paged"
-    fn = _build(ctx, impl, q_lens, k_lens, hq, hkv, d, causal=p["phase"] == "prefill")
+    if (kv != "bf16" or window) and impl != "vllm-fa3-paged":
+        raise Skip(f"kv={kv}, window={window} run only on vLLM's paged FA3 path (found {impl})")
+    if kv == "fp8":
+        if not _probed(ctx, "attention_paged_fp8", _fp8_matches):
+            raise Skip("vLLM's FA3 over an fp8 KV cache did not match the reference here")
+        impl = "vllm-fa3-paged-fp8kv"
+    fn = _build(ctx, impl, q_lens, k_lens, hq, hkv, d, causal=p["phase"] == "prefill", kv=kv, window=window)
     t = ctx.timer.time(fn)
     if impl == "vllm":
         impl = "vllm-fa3" if ctx.probes.get("attention_fa3", True) else "vllm-fa2"
-    flops, nbytes = work(hq, hkv, d, sum(q_lens), pairs, sum(k_lens))
+    flops, nbytes = work(hq, hkv, d, sum(q_lens), pairs, sum(reads), kv)
     return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps, "impl": impl,
             "flops": flops, "bytes": nbytes, "kv_tokens": sum(k_lens), "max_kv": max(k_lens)}
 
 
 def _build(ctx: BenchContext, impl: str, q_lens: list[int], k_lens: list[int], hq: int, hkv: int, d: int,
-           causal: bool) -> Any:
+           causal: bool, kv: str = "bf16", window: int = 0) -> Any:
     nbytes = 4.0 * d * (sum(q_lens) * hq + sum(k_lens) * hkv)
     sets = rotation_sets(nbytes, ctx.l2_bytes, max_sets=16)
     if impl == "sdpa":
@@ -93,8 +135,8 @@ def _build(ctx: BenchContext, impl: str, q_lens: list[int], k_lens: list[int], h
     if impl == "flash-padded":
         batched = [_batched(ctx, len(k_lens), k_lens[0], hq, hkv, d) for _ in range(sets)]
         return lambda i: _flash_padded(ctx, batched[i % sets])
-    if impl == "vllm-fa3-paged":
-        caches = [_paged(ctx, q_lens, k_lens, hq, hkv, d, seed=j) for j in range(sets)]
+    if impl.startswith("vllm-fa3-paged"):
+        caches = [_paged(ctx, q_lens, k_lens, hq, hkv, d, seed=j, kv=kv, window=window) for j in range(sets)]
         return lambda i: _flash_paged(ctx, caches[i % sets])
     packed = [_packed(ctx, q_lens, k_lens, hq, hkv, d) for _ in range(sets)]
     meta = _cu(ctx, q_lens), _cu(ctx, k_lens), max(q_lens), max(k_lens)
@@ -142,10 +184,12 @@ larger steps leave the split count to FA3's heuristics (0)."""
 
 
 def _paged(ctx: BenchContext, q_lens: list[int], k_lens: list[int], hq: int, hkv: int, d: int,
-           seed: int = 0) -> dict[str, Any]:
+           seed: int = 0, kv: str = "bf16", window: int = 0) -> dict[str, Any]:
     """A batch over a paged KV cache, as vLLM's FlashAttention backend runs it: queries (one per
     decode sequence, ``q`` rows of a prefill chunk whose keys, cached context included, are in the
-    cache), k/v caches, a shuffled block table, lengths and FA3's scheduler metadata."""
+    cache), k/v caches, a shuffled block table, lengths and FA3's scheduler metadata; with
+    ``kv="fp8"`` queries and caches in float8_e4m3 with unit descales, with ``window`` FA3's
+    sliding window."""
     from vllm.vllm_flash_attn.flash_attn_interface import get_scheduler_metadata
 
     torch, b = ctx.torch, len(k_lens)
@@ -159,13 +203,22 @@ def _paged(ctx: BenchContext, q_lens: list[int], k_lens: list[int], hq: int, hkv
     lens = torch.tensor(k_lens, dtype=torch.int32, device=ctx.device)
     cu_q = _cu(ctx, q_lens)
     splits = GRAPH_SPLITS if sum(q_lens) <= GRAPH_MAX_TOKENS else 0
+    dtype = torch.float8_e4m3fn if kv == "fp8" else torch.bfloat16
+    win = [window - 1, 0] if window else [-1, -1]
     sched = get_scheduler_metadata(batch_size=b, max_seqlen_q=max(q_lens), max_seqlen_k=max(k_lens), num_heads_q=hq,
-                                   num_heads_kv=hkv, headdim=d, cache_seqlens=lens, qkv_dtype=torch.bfloat16,
-                                   cu_seqlens_q=cu_q, page_size=PAGE, causal=True, num_splits=splits)
+                                   num_heads_kv=hkv, headdim=d, cache_seqlens=lens, qkv_dtype=dtype,
+                                   cu_seqlens_q=cu_q, page_size=PAGE, causal=True, window_size=win,
+                                   num_splits=splits)
     blocks = sum(pages)
-    return {"q": ctx.randn(sum(q_lens), hq, d), "k": ctx.randn(blocks, PAGE, hkv, d),
-            "v": ctx.randn(blocks, PAGE, hkv, d), "table": torch.tensor(table, device=ctx.device), "lens": lens,
-            "cu_q": cu_q, "max_q": max(q_lens), "max_k": max(k_lens), "sched": sched, "splits": splits}
+    c = {"q": ctx.randn(sum(q_lens), hq, d, dtype=dtype), "k": ctx.randn(blocks, PAGE, hkv, d, dtype=dtype),
+         "v": ctx.randn(blocks, PAGE, hkv, d, dtype=dtype), "table": torch.tensor(table, device=ctx.device),
+         "lens": lens, "cu_q": cu_q, "max_q": max(q_lens), "max_k": max(k_lens), "sched": sched, "splits": splits,
+         "window": win, "descale": {}}
+    if kv == "fp8":
+        one = torch.ones((b, hkv), dtype=torch.float32, device=ctx.device)
+        c["descale"] = {"q_descale": one, "k_descale": one, "v_descale": one}
+        c["out"] = torch.empty(sum(q_lens), hq, d, dtype=torch.bfloat16, device=ctx.device)
+    return c
 
 
 def _flash_paged(ctx: BenchContext, c: dict[str, Any]) -> Any:
@@ -174,8 +227,8 @@ def _flash_paged(ctx: BenchContext, c: dict[str, Any]) -> Any:
 
     return flash_attn_varlen_func(c["q"], c["k"], c["v"], max_seqlen_q=c["max_q"], cu_seqlens_q=c["cu_q"],
                                   max_seqlen_k=c["max_k"], seqused_k=c["lens"], causal=True,
-                                  block_table=c["table"], scheduler_metadata=c["sched"], num_splits=c["splits"],
-                                  fa_version=3)
+                                  window_size=c["window"], block_table=c["table"], scheduler_metadata=c["sched"],
+                                  num_splits=c["splits"], out=c.get("out"), fa_version=3, **c["descale"])
 
 
 def _probed(ctx: BenchContext, key: str, check: Any) -> bool:
@@ -200,15 +253,26 @@ def _paged_matches(ctx: BenchContext) -> bool:
         return False
 
 
-def _paged_case_matches(ctx: BenchContext, q_lens: list[int], k_lens: list[int]) -> bool:
+def _fp8_matches(ctx: BenchContext) -> bool:
+    """Whether the paged FA3 call over an fp8 cache matches the float32 reference (of the fp8
+    values) within fp8's precision, for decode and for a prefill chunk."""
+    try:
+        return all(_paged_case_matches(ctx, q_lens, k_lens, kv="fp8", tol=6e-2) for q_lens, k_lens in
+                   (([1, 1, 1], [40, 7, 33]), ([3, 5], [40, 5])))
+    except Exception:
+        return False
+
+
+def _paged_case_matches(ctx: BenchContext, q_lens: list[int], k_lens: list[int], kv: str = "bf16",
+                        tol: float = 2e-2) -> bool:
     hq, hkv, d = 8, 2, 64
-    c = _paged(ctx, q_lens, k_lens, hq, hkv, d, seed=1)
+    c = _paged(ctx, q_lens, k_lens, hq, hkv, d, seed=1, kv=kv)
     out = _flash_paged(ctx, c).float()
     table = c["table"].long()
     k = ctx.torch.cat([c["k"][table[i]].reshape(-1, hkv, d)[:n] for i, n in enumerate(k_lens)]).float()
     v = ctx.torch.cat([c["v"][table[i]].reshape(-1, hkv, d)[:n] for i, n in enumerate(k_lens)]).float()
     ref = _reference(ctx.torch, c["q"].float(), k, v, q_lens, k_lens, hq // hkv)
-    return bool(((out - ref).norm() / ref.norm()) < 2e-2)
+    return bool(((out - ref).norm() / ref.norm()) < tol)
 
 
 def _padded(ctx: BenchContext, q_lens: list[int], k_lens: list[int], hq: int, hkv: int, d: int) -> tuple[Any, ...]:

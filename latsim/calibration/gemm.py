@@ -7,6 +7,10 @@ output: what vLLM 0.25.1 runs for FP8 checkpoints on Hopper) when vLLM imports, 
 ``torch._scaled_mm`` with per-tensor scales.  The activation quantisation kernel vLLM runs
 before it is not included (the cost model prices it as its own op).  fp8 points on a GPU
 without either are skipped with the reason recorded; ``impl`` names the kernel of each row.
+int4 (4-bit weights, bf16 activations: GPTQ, AWQ and compressed-tensors w4a16 checkpoints)
+runs vLLM's Marlin kernel (``vllm._custom_ops.marlin_gemm``) on weights quantized and repacked
+by vLLM's own Marlin helpers (symmetric, groups of :data:`INT4_GROUP`, no activation order): what
+vLLM 0.25.1 runs for those checkpoints on NVIDIA GPUs; without vLLM the point is skipped.
 Weights of one (K, N, dtype) are kept across consecutive points (the grid orders points by
 shape, then M).
 """
@@ -18,13 +22,16 @@ from typing import Any
 from latsim.calibration.context import BenchContext, Skip
 from latsim.calibration.timing import rotation_sets
 
-DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+INT4_GROUP = 128
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / INT4_GROUP}
+"""Bytes per weight element (int4: the packed nibble plus its group's bf16 scale)."""
+ACT_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 2.0}
+"""Bytes per activation element the kernel reads (W8A8 reads quantized activations)."""
 
 
 def gemm_work(m: int, k: int, n: int, dtype: str) -> tuple[float, float]:
     """(FLOPs, minimum bytes) of one GEMM: weights and activations once, bf16 output."""
-    wb = DTYPE_BYTES[dtype]
-    return 2.0 * m * k * n, float(k * n * wb + m * k * wb + m * n * 2)
+    return 2.0 * m * k * n, float(k * n * DTYPE_BYTES[dtype] + m * k * ACT_BYTES[dtype] + m * n * 2)
 
 
 def _check_fp8(ctx: BenchContext) -> None:
@@ -57,9 +64,12 @@ def run(ctx: BenchContext, p: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"gemm dtype={dtype!r}; accepted: {', '.join(DTYPE_BYTES)}")
     if dtype == "fp8":
         _check_fp8(ctx)
-    ws = _weights(ctx, k, n, dtype)
-    xs = [_make(ctx, m, k, dtype) for _ in range(len(ws))]
-    fn, impl = _kernel(ctx, dtype, xs, ws)
+    if dtype == "int4":
+        fn, impl = _marlin(ctx, m, k, n)
+    else:
+        ws = _weights(ctx, k, n, dtype)
+        xs = [_make(ctx, m, k, dtype) for _ in range(len(ws))]
+        fn, impl = _kernel(ctx, dtype, xs, ws)
     t = ctx.timer.time(fn)
     flops, nbytes = gemm_work(m, k, n, dtype)
     return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps,
@@ -101,3 +111,47 @@ def _vllm_cutlass(ctx: BenchContext, xs: list[Any], ws: list[Any]) -> Any:
     except Exception:  # a shape CUTLASS refuses: torch._scaled_mm
         return None
     return fn
+
+
+def _marlin(ctx: BenchContext, m: int, k: int, n: int) -> tuple[Any, str]:
+    """vLLM's Marlin W4A16 GEMM of ``m`` rows over the rotation sets of one (K, N) (Skip without it)."""
+    packs = _marlin_weights(ctx, k, n)
+    from vllm import _custom_ops as ops
+    from vllm.scalar_type import scalar_types
+
+    torch, sets = ctx.torch, len(packs)
+    xs = [ctx.randn(m, k) for _ in range(sets)]
+    workspace = packs[0]["workspace"]
+
+    def fn(i: int) -> Any:
+        w = packs[i % sets]
+        return ops.marlin_gemm(xs[i % sets], None, w["q"], None, w["s"], None, None, None, w["g_idx"], w["perm"],
+                               workspace, scalar_types.uint4b8, size_m=m, size_n=n, size_k=k, is_k_full=True,
+                               use_atomic_add=False, use_fp32_reduce=True, is_zp_float=False)
+    fn(0)
+    torch.cuda.synchronize()
+    return fn, f"vllm.marlin_gemm(uint4b8,group{INT4_GROUP})"
+
+
+def _marlin_weights(ctx: BenchContext, k: int, n: int) -> list[dict[str, Any]]:
+    """Marlin-packed 4-bit weights of one (K, N), as many copies as the rotation needs (cached)."""
+    key = f"gemm:{k}x{n}:int4"
+    if key in ctx.cache:
+        packs: list[dict[str, Any]] = ctx.cache[key]
+        return packs
+    if not ctx.is_cuda:
+        raise Skip("int4 needs vLLM's Marlin kernel on a CUDA GPU")
+    try:
+        from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
+        from vllm.model_executor.layers.quantization.utils.marlin_utils_test import marlin_quantize
+        from vllm.scalar_type import scalar_types
+    except Exception as exc:  # any import failure: no Marlin here
+        raise Skip(f"int4 needs vLLM's Marlin kernel ({type(exc).__name__}: {exc})") from exc
+    ctx.clear()
+    workspace = marlin_make_workspace_new(ctx.torch.device("cuda", ctx.torch.cuda.current_device()))
+    packs = []
+    for _ in range(rotation_sets(k * n * DTYPE_BYTES["int4"], ctx.l2_bytes)):
+        _, q, s, g_idx, perm, _ = marlin_quantize(ctx.randn(k, n), scalar_types.uint4b8, INT4_GROUP, False)
+        packs.append({"q": q, "s": s, "g_idx": g_idx, "perm": perm, "workspace": workspace})
+    ctx.cache[key] = packs
+    return packs

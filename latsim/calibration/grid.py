@@ -64,6 +64,16 @@ class GridSpec:
     overhead_kernels: tuple[int, ...]
     comm_world: tuple[int, ...]
     comm_bytes: tuple[int, ...]
+    gemm_bf16: bool = True
+    """Whether the strided shapes are measured in bf16 (every grid but the quantized-only ones)."""
+    gemm_int4_stride: int = 0
+    """Shape ``i`` is also measured as a 4-bit weight-only GEMM (vLLM's Marlin kernel) when
+    ``i % gemm_int4_stride == 0`` (0: never)."""
+    attention_kv: tuple[str, ...] = ("bf16",)
+    """KV-cache dtypes of the attention points; a point names its ``kv`` only when it is not bf16,
+    so the ids of the bf16 points do not change."""
+    attention_window: int = 0
+    """Sliding window of every attention point (0: none, and the point does not name one)."""
 
 
 def _pow2(lo: int, hi: int, step: int = 1) -> tuple[int, ...]:
@@ -139,7 +149,41 @@ PAGED_PREFILL = replace(SHAPES, name="paged-prefill", decode_configs=0)
 same head shapes as :data:`PAGED`: a live trace found long chunks 14-28 % slower than the
 contiguous rows the H200 profile holds."""
 
-GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, PAGED_PREFILL)}
+MSTEPS_HIGH = replace(
+    SHAPES, name="msteps-high", gemm_stride=1, gemm_fp8_stride=1, gemm_int4_stride=1,
+    gemm_m=(520, 528, 536, 544, 552, 560, 568, 584, 600, 640, 768, 1032, 1056, 1088, 1152, 1280, 1408, 1536, 1792,
+            2048, 2064, 2176, 2560, 3072),
+    prefill_configs=0, decode_configs=0,
+)
+"""GEMMs of the 8B and 70B layers (bf16, fp8 and 4-bit Marlin) just past 512 rows, where a
+512-token prompt's step with a few decodes lands and vLLM's CUTLASS fp8 kernel changes tile
+configuration, and on to 3,072 rows: :data:`MSTEPS` stops at 1,024."""
+
+MARLIN = replace(
+    FULL, name="marlin", gemm_m=FULL.gemm_m[:-2], gemm_stride=3, gemm_fp8_stride=0, gemm_int4_stride=1,
+    gemm_bf16=False, prefill_configs=0, decode_configs=0, memory_widths=(), moe_stride=0, overhead_kernels=(),
+    comm_world=(),
+)
+"""4-bit weight-only GEMMs as vLLM 0.25.1 runs GPTQ, AWQ and compressed-tensors w4a16 checkpoints
+on the GPU (Marlin, groups of 128), over every third catalog shape and 1-8,192 rows."""
+
+FP8_KV = replace(
+    SHAPES, name="fp8-kv", decode_mix=("uniform",), attention_kv=("fp8",),
+)
+"""Attention over an FP8 KV cache (``--kv-cache-dtype fp8``: FA3 on fp8 queries, keys and
+values, per-head descales), decode and prefill, over :data:`FP8_KV_SHAPES`."""
+
+WINDOW = replace(
+    SHAPES, name="window", decode_mix=("uniform",), attention_window=4096,
+    decode_ctx=(1024, 2048, 4096, 8192, 16384, 32768), prefill_q=(256, 1024, 4096, 8192),
+    prefill_ctx=(0, 2048, 4096, 8192, 16384, 32768),
+)
+"""Attention under a sliding window of 4,096 tokens (Mistral-7B, Gemma-2) over a paged cache,
+contexts from inside the window to 8 x past it, over :data:`WINDOW_SHAPES`: a check of the
+cost model's windowed pricing (context read capped at the window), not a fitted family."""
+
+GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, PAGED_PREFILL, MSTEPS_HIGH, MARLIN,
+                             FP8_KV, WINDOW)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
              {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
@@ -171,6 +215,23 @@ MSTEP_SHAPES: dict[str, Any] = {
     "moe": [],
     "attention": [{"hq": hq, "hkv": 8, "d": 128, "tags": ["msteps"]} for hq in (32, 64)],
 }
+
+
+FP8_KV_SHAPES: dict[str, Any] = {
+    "gemm": [], "moe": [],
+    "attention": [{"hq": hq, "hkv": hkv, "d": d, "tags": ["fp8-kv"]} for hq, hkv, d in (
+        (8, 1, 128), (16, 2, 128), (32, 8, 128), (40, 8, 128), (64, 8, 128), (32, 32, 96), (28, 4, 128))],
+}
+"""Per-GPU attention shapes timed over an FP8 cache: the 8B and 70B (TP 1, 4, 8), a 14B-class
+40/8, Phi-3-mini's MHA of dim 96 and a GQA-7 shape."""
+
+
+WINDOW_SHAPES: dict[str, Any] = {
+    "gemm": [], "moe": [],
+    "attention": [{"hq": hq, "hkv": hkv, "d": d, "tags": ["window"]} for hq, hkv, d in (
+        (32, 8, 128), (16, 8, 256), (32, 16, 128))],
+}
+"""Mistral-7B's, Gemma-2-9B's and Gemma-2-27B's attention at TP 1."""
 
 
 def paged_shapes(catalog: dict[str, Any]) -> dict[str, Any]:
@@ -207,9 +268,11 @@ def _spread(items: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
 def _gemm(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
     ordered = sorted(shapes["gemm"], key=lambda s: (s["K"] * s["N"], s["K"]))
     for i in range(0, len(ordered), g.gemm_stride) if g.gemm_stride else ():
-        s, dtypes = ordered[i], ["bf16"]
+        s, dtypes = ordered[i], ["bf16"] if g.gemm_bf16 else []
         if g.gemm_fp8_stride and i % g.gemm_fp8_stride == 0 and _fp8_ok(s):
             dtypes.append("fp8")
+        if g.gemm_int4_stride and i % g.gemm_int4_stride == 0 and _int4_ok(s):
+            dtypes.append("int4")
         for dtype in dtypes:
             for m in g.gemm_m:
                 yield _point("gemm", dtype=dtype, K=s["K"], N=s["N"], M=m)
@@ -221,20 +284,34 @@ def _fp8_ok(s: dict[str, Any]) -> bool:
     return not lm_head_only and s["K"] % 16 == 0 and s["N"] % 16 == 0
 
 
+def _int4_ok(s: dict[str, Any]) -> bool:
+    """4-bit GEMMs for linear layers other than lm_head, on shapes Marlin takes: K a multiple of
+    the 128-row quantization group, N of its 64-column tile."""
+    lm_head_only = all(t.endswith("lm_head") for t in s["tags"])
+    return not lm_head_only and s["K"] % 128 == 0 and s["N"] % 64 == 0
+
+
 def _attention(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
     configs = sorted(shapes["attention"], key=lambda s: (-len(s["tags"]), s["hq"], s["hkv"], s["d"]))
     for s in sorted(configs[:g.prefill_configs], key=lambda s: (s["hq"], s["hkv"], s["d"])):
         for q in g.prefill_q:
             for c in g.prefill_ctx:
                 if q * c + q * (q + 1) / 2 <= g.max_prefill_pairs:
-                    yield _point("attention", phase="prefill", hq=s["hq"], hkv=s["hkv"], d=s["d"], q=q, ctx=c)
+                    for kv in g.attention_kv:
+                        yield _point("attention", phase="prefill", hq=s["hq"], hkv=s["hkv"], d=s["d"], q=q, ctx=c,
+                                     **_kv(kv, g.attention_window))
     for s in sorted(configs[:g.decode_configs], key=lambda s: (s["hq"], s["hkv"], s["d"])):
         for b in g.decode_batch:
             for c in g.decode_ctx:
                 for mix in g.decode_mix if b > 1 else ("uniform",):
                     if b * c <= g.max_decode_kv:
-                        yield _point("attention", phase="decode", hq=s["hq"], hkv=s["hkv"], d=s["d"],
-                                     batch=b, ctx=c, mix=mix)
+                        for kv in g.attention_kv:
+                            yield _point("attention", phase="decode", hq=s["hq"], hkv=s["hkv"], d=s["d"],
+                                         batch=b, ctx=c, mix=mix, **_kv(kv, g.attention_window))
+
+
+def _kv(kv: str, window: int) -> dict[str, Any]:
+    return ({} if kv == "bf16" else {"kv": kv}) | ({"window": window} if window else {})
 
 
 def _memory(g: GridSpec) -> Iterator[Point]:
@@ -267,7 +344,8 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
     if shapes is None:
         from latsim.calibration.shapes import load_shapes
 
-        named = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES, "wide": WIDE_SHAPES, "msteps": MSTEP_SHAPES}
+        named = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES, "wide": WIDE_SHAPES, "msteps": MSTEP_SHAPES,
+                 "msteps-high": MSTEP_SHAPES, "fp8-kv": FP8_KV_SHAPES, "window": WINDOW_SHAPES}
         shapes = named.get(grid.name) or load_shapes()
         if grid.name in ("paged", "paged-prefill"):
             shapes = paged_shapes(shapes)

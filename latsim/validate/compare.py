@@ -17,6 +17,7 @@ import pandas as pd
 
 from latsim.catalog.hf_config import parse_hf_config
 from latsim.catalog.lookup import load_device
+from latsim.catalog.quant_resolve import AUTO
 from latsim.deployment import Deployment, EngineConfig
 from latsim.engines.vllm.host_terms import reference_probe_s
 from latsim.measure.records import load_run
@@ -101,7 +102,21 @@ def deployment_for(meta: dict, device: str) -> Deployment:
         enable_prefix_caching=ec.get("prefix_caching", True), async_scheduling=ec.get("async_scheduling", True),
         num_gpu_blocks=ec.get("num_gpu_blocks"),
     )
-    return Deployment(model=model, device=load_device(device), tp=ec.get("tp") or 1, engine=engine)
+    return Deployment(model=model, device=load_device(device), tp=ec.get("tp") or 1, engine=engine,
+                      kv_dtype=engine_kv_dtype(ec.get("kv_cache_dtype")))
+
+
+def engine_kv_dtype(cache_dtype: str | None) -> str:
+    """latsim's KV dtype for vLLM's ``cache_dtype``: ``auto`` (or unrecorded) follows the model,
+    every fp8 variant (``fp8``, ``fp8_e4m3``, ``fp8_e5m2``) is ``fp8``."""
+    if cache_dtype in (None, "", "auto"):
+        return AUTO
+    if str(cache_dtype).startswith("fp8"):
+        return "fp8"
+    if cache_dtype in ("bfloat16", "float16", "half"):
+        return "bf16" if cache_dtype == "bfloat16" else "fp16"
+    raise ValueError(f"the run's kv_cache_dtype={cache_dtype!r} is not one latsim models; "
+                     "accepted: auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2")
 
 
 def profile_cost_model(deployment: Deployment, profile: Path):

@@ -81,3 +81,22 @@ def test_msteps_grid_steps_through_the_dispatch_buckets_in_both_dtypes() -> None
     for dtype in ("bf16", "fp8"):
         ms = sorted({g["M"] for g in gemm if g["dtype"] == dtype and (g["K"], g["N"]) == (8192, 57344)})
         assert ms[0] == 96 and ms[-1] == 1024 and {136, 152, 272, 576} <= set(ms)
+
+
+def test_quantized_and_windowed_grids_name_only_their_new_axes() -> None:
+    """int4 GEMMs only on Marlin-sized shapes; fp8-KV and window points name their option, and a
+    grid without them keeps the ids it had (the bf16 points carry no ``kv`` or ``window``)."""
+    marlin = [p.kwargs for p in points(get_grid("marlin"))]
+    assert marlin and {g["dtype"] for g in marlin} == {"int4"}
+    assert all(g["K"] % 128 == 0 and g["N"] % 64 == 0 for g in marlin)
+    high = [p.kwargs for p in points(get_grid("msteps-high"))]
+    assert {g["dtype"] for g in high} == {"bf16", "fp8", "int4"}
+    assert min(g["M"] for g in high) > 512
+    fp8 = [p.kwargs for p in points(get_grid("fp8-kv"))]
+    assert fp8 and all(a["kv"] == "fp8" for a in fp8)
+    assert {a["phase"] for a in fp8} == {"prefill", "decode"}
+    window = [p.kwargs for p in points(get_grid("window"))]
+    assert window and all(a["window"] == 4096 for a in window)
+    assert max(a["ctx"] for a in window) >= 8 * 4096
+    plain = [p.id for p in points(get_grid("paged"))] + [p.id for p in points(FULL)]
+    assert not any(",kv=" in i or ",window=" in i for i in plain)

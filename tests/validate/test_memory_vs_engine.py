@@ -28,3 +28,18 @@ def test_kv_capacity_matches_the_engine_log(name):
     measured = meta["engine_config"]["kv_capacity_tokens"]
     predicted = plan_memory(deployment).kv_capacity_tokens
     assert abs(predicted - measured) / measured < TOLERANCE[name]
+
+
+def test_a_run_with_an_fp8_kv_cache_is_replayed_with_one():
+    """vLLM's ``cache_dtype`` recorded in a run sets the replay's KV dtype (and halves its bytes)."""
+    from latsim.validate.compare import engine_kv_dtype
+
+    meta = read_meta(DATA / RUNS["llama-3.1-8b"])
+    assert deployment_for(meta, "h200").kv_dtype == "bf16"
+    meta["engine_config"]["kv_cache_dtype"] = "fp8_e4m3"
+    fp8 = deployment_for(meta, "h200")
+    assert fp8.kv_dtype == "fp8"
+    assert [engine_kv_dtype(v) for v in ("auto", None, "fp8", "fp8_e5m2", "bfloat16")] == \
+        ["auto", "auto", "fp8", "fp8", "bf16"]
+    with pytest.raises(ValueError, match=r"kv_cache_dtype='int8' is not one latsim models; accepted: auto"):
+        engine_kv_dtype("int8")
