@@ -12,7 +12,7 @@ from latsim.calibration import attention, gemm, memory_ops, moe
 from latsim.calibration.grid import Point
 from latsim.calibration.timing import TimerSettings
 
-PLAN_FLOPS = {"bf16": 600e12, "fp8": 1100e12}
+PLAN_FLOPS = {"bf16": 600e12, "fp8": 1100e12, "int4": 600e12}
 PLAN_BW = 3.0e12
 PLAN_MIN_KERNEL_S = 8e-6
 PLAN_POINT_HOST_S = 4e-3
