@@ -35,6 +35,7 @@ GROUP_KEYS = {
     "gemm": ("K", "N"), "attn_prefill": ("hq", "hkv", "d"), "attn_decode": ("hq", "hkv", "d"),
     "memory": ("op", "width"), "moe": ("experts", "top_k", "hidden", "inter"),
 }
+GROUP_KEYS.update({variant: GROUP_KEYS[base] for variant, base in features.VARIANTS.items()})
 HOLDOUT_FRACTION = 0.2
 XGB_PARAMS: dict[str, Any] = {"n_estimators": 400, "max_depth": 6, "learning_rate": 0.05, "subsample": 0.9,
                               "min_child_weight": 1.0, "tree_method": "hist", "n_jobs": 2}
@@ -42,17 +43,25 @@ MIN_ROWS = 4
 
 
 def fit_frames(folder: Path) -> dict[str, pd.DataFrame]:
-    """The ``ok`` rows of each fit family (attention split into prefill and decode)."""
+    """The ``ok`` rows of each fit family: GEMMs split by kernel (4-bit Marlin rows are
+    ``gemm_w4a16``), attention by phase and KV dtype (``*_fp8kv``); sliding-window attention rows
+    are a check of the windowed pricing, not fitted."""
     have = available_families(folder)
     out: dict[str, pd.DataFrame] = {}
     if "gemm" in have:
         g = load_table(folder, "gemm")
-        out["gemm"] = g.assign(fp8=(g["dtype"] == "fp8").astype(np.float64))
+        g = g.assign(fp8=(g["dtype"] == "fp8").astype(np.float64))
+        out["gemm"] = g[g["dtype"] != "int4"].reset_index(drop=True)
+        out["gemm_w4a16"] = g[g["dtype"] == "int4"].reset_index(drop=True)
     if "attention" in have:
         a = load_table(folder, "attention")
-        out["attn_prefill"] = a[a["phase"] == "prefill"].reset_index(drop=True)
-        d = a[a["phase"] == "decode"].reset_index(drop=True)
-        out["attn_decode"] = d.assign(ctx=d["kv_tokens"] / d["batch"], skewed=(d["mix"] == "skewed").astype(np.float64))
+        kv = a["kv"].fillna("bf16") if "kv" in a else pd.Series("bf16", index=a.index)
+        plain = a["window"].fillna(0) == 0 if "window" in a else pd.Series(True, index=a.index)
+        for suffix, rows in (("", a[plain & (kv == "bf16")]), ("_fp8kv", a[plain & (kv == "fp8")])):
+            out[f"attn_prefill{suffix}"] = rows[rows["phase"] == "prefill"].reset_index(drop=True)
+            d = rows[rows["phase"] == "decode"].reset_index(drop=True)
+            out[f"attn_decode{suffix}"] = d.assign(ctx=d["kv_tokens"] / d["batch"],
+                                                   skewed=(d["mix"] == "skewed").astype(np.float64))
     for fam in ("memory", "moe"):
         if fam in have:
             out[fam] = load_table(folder, fam)
@@ -60,7 +69,8 @@ def fit_frames(folder: Path) -> dict[str, pd.DataFrame]:
 
 
 def family_peak(family: str, cols: Any, device: DeviceSpec) -> Any:
-    """Peak FLOP/s per row: fp8 or bf16 tensor cores, fp32 vector units for memory ops."""
+    """Peak FLOP/s per row: fp8 or bf16 tensor cores (Marlin and FA3 over an fp8 cache: bf16, as
+    the cost model prices them), fp32 vector units for memory ops."""
     if family == "gemm":
         return np.where(np.asarray(cols["fp8"], dtype=float) > 0, device.flops_for("fp8"), device.flops_for("bf16"))
     return device.flops_for("fp32" if family == "memory" else "bf16")

@@ -8,9 +8,12 @@ output: what vLLM 0.25.1 runs for FP8 checkpoints on Hopper) when vLLM imports, 
 before it is not included (the cost model prices it as its own op).  fp8 points on a GPU
 without either are skipped with the reason recorded; ``impl`` names the kernel of each row.
 int4 (4-bit weights, bf16 activations: GPTQ, AWQ and compressed-tensors w4a16 checkpoints)
-runs vLLM's Marlin kernel (``vllm._custom_ops.marlin_gemm``) on weights quantized and repacked
-by vLLM's own Marlin helpers (symmetric, groups of :data:`INT4_GROUP`, no activation order): what
-vLLM 0.25.1 runs for those checkpoints on NVIDIA GPUs; without vLLM the point is skipped.
+runs the kernel vLLM 0.25.1 picks for those checkpoints (``choose_mp_linear_kernel``): Machete
+(``vllm._custom_ops.machete_mm``, prepacked by ``machete_prepack_B``; groups of :data:`INT4_GROUP`
+of bf16 scales) on compute capability 9.0 when K is a multiple of 64 and N of 128, else Marlin
+(``marlin_gemm``, weights quantized and repacked by vLLM's Marlin helpers).  The live engine's
+log names the kernel ("Using MacheteLinearKernel for AutoGPTQLinearMethod" on the H200); without
+vLLM the point is skipped.
 Weights of one (K, N, dtype) are kept across consecutive points (the grid orders points by
 shape, then M).
 """
@@ -65,7 +68,7 @@ def run(ctx: BenchContext, p: dict[str, Any]) -> dict[str, Any]:
     if dtype == "fp8":
         _check_fp8(ctx)
     if dtype == "int4":
-        fn, impl = _marlin(ctx, m, k, n)
+        fn, impl = _machete(ctx, m, k, n) if _machete_shape(ctx, k, n) else _marlin(ctx, m, k, n)
     else:
         ws = _weights(ctx, k, n, dtype)
         xs = [_make(ctx, m, k, dtype) for _ in range(len(ws))]
@@ -155,3 +158,50 @@ def _marlin_weights(ctx: BenchContext, k: int, n: int) -> list[dict[str, Any]]:
         packs.append({"q": q, "s": s, "g_idx": g_idx, "perm": perm, "workspace": workspace})
     ctx.cache[key] = packs
     return packs
+
+
+def _machete_shape(ctx: BenchContext, k: int, n: int) -> bool:
+    """Whether vLLM runs a 4-bit layer of this shape with Machete here (Hopper, 64 | K, 128 | N)."""
+    if not ctx.is_cuda or ctx.torch.cuda.get_device_capability(0) != (9, 0):
+        return False
+    return k % 64 == 0 and n % 128 == 0
+
+
+def _machete(ctx: BenchContext, m: int, k: int, n: int) -> tuple[Any, str]:
+    """vLLM's Machete W4A16 GEMM (uint4b8, bf16 group scales) over the rotation sets of one (K, N)."""
+    try:
+        from vllm import _custom_ops as ops
+        from vllm.scalar_type import scalar_types
+    except Exception as exc:  # any import failure: no Machete here
+        raise Skip(f"int4 needs vLLM's Machete kernel ({type(exc).__name__}: {exc})") from exc
+    packs = _machete_weights(ctx, k, n)
+    torch, sets = ctx.torch, len(packs)
+    xs = [ctx.randn(m, k) for _ in range(sets)]
+
+    def fn(i: int) -> Any:
+        w, s = packs[i % sets]
+        return ops.machete_mm(a=xs[i % sets], b_q=w, b_type=scalar_types.uint4b8, b_group_scales=s,
+                              b_group_zeros=None, b_group_size=INT4_GROUP)
+    fn(0)
+    torch.cuda.synchronize()
+    return fn, f"vllm.machete_mm(uint4b8,group{INT4_GROUP})"
+
+
+def _machete_weights(ctx: BenchContext, k: int, n: int) -> list[tuple[Any, Any]]:
+    """Prepacked random 4-bit weights (K/8 x N int32 packed along K, as GPTQ stores them) and
+    their group scales, as many copies as the rotation needs (cached)."""
+    from vllm import _custom_ops as ops
+    from vllm.scalar_type import scalar_types
+
+    key = f"gemm:{k}x{n}:int4-machete"
+    if key not in ctx.cache:
+        ctx.clear()
+        torch, packs = ctx.torch, []
+        for _ in range(rotation_sets(k * n * DTYPE_BYTES["int4"], ctx.l2_bytes)):
+            q = torch.randint(0, 2**31 - 1, (k // 8, n), dtype=torch.int32, device=ctx.device)
+            packed = ops.machete_prepack_B(q.t().contiguous().t(), a_type=torch.bfloat16, b_type=scalar_types.uint4b8,
+                                           group_scales_type=torch.bfloat16)
+            packs.append((packed, ctx.randn(k // INT4_GROUP, n) * 0.01))
+        ctx.cache[key] = packs
+    cached: list[tuple[Any, Any]] = ctx.cache[key]
+    return cached

@@ -167,6 +167,13 @@ MARLIN = replace(
 """4-bit weight-only GEMMs as vLLM 0.25.1 runs GPTQ, AWQ and compressed-tensors w4a16 checkpoints
 on the GPU (Marlin, groups of 128), over every third catalog shape and 1-8,192 rows."""
 
+W4_STEPS = replace(
+    MSTEPS, name="w4-steps", gemm_bf16=False, gemm_fp8_stride=0, gemm_int4_stride=1, decode_configs=0,
+    gemm_m=tuple(sorted(set(FULL.gemm_m[:-2]) | set(MSTEPS.gemm_m) | set(MSTEPS_HIGH.gemm_m))),
+)
+"""4-bit weight-only GEMMs of the 8B and 70B layers at every row count the other grids time
+(1-8,192), through the kernel vLLM picks on the GPU (Machete on the H200)."""
+
 FP8_KV = replace(
     SHAPES, name="fp8-kv", decode_mix=("uniform",), attention_kv=("fp8",),
 )
@@ -183,7 +190,7 @@ contexts from inside the window to 8 x past it, over :data:`WINDOW_SHAPES`: a ch
 cost model's windowed pricing (context read capped at the window), not a fitted family."""
 
 GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, PAGED_PREFILL, MSTEPS_HIGH, MARLIN,
-                             FP8_KV, WINDOW)}
+                             W4_STEPS, FP8_KV, WINDOW)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
              {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
@@ -345,7 +352,8 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
         from latsim.calibration.shapes import load_shapes
 
         named = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES, "wide": WIDE_SHAPES, "msteps": MSTEP_SHAPES,
-                 "msteps-high": MSTEP_SHAPES, "fp8-kv": FP8_KV_SHAPES, "window": WINDOW_SHAPES}
+                 "msteps-high": MSTEP_SHAPES, "w4-steps": MSTEP_SHAPES, "fp8-kv": FP8_KV_SHAPES,
+                 "window": WINDOW_SHAPES}
         shapes = named.get(grid.name) or load_shapes()
         if grid.name in ("paged", "paged-prefill"):
             shapes = paged_shapes(shapes)
