@@ -7,6 +7,10 @@ Prices every ``ok`` row of ``--rows`` (an attention table, e.g. the ``shapes`` s
 the profile's fitted ``attn_prefill``/``attn_decode`` regressors and prints the median and P90
 of |predicted / measured - 1| (and the signed median) per phase and (hq, hkv, d), marking the shapes the profile's own
 table holds (``seen``).  Decode rows are the ``uniform`` mix, which the cost model prices from.
+Rows over an fp8 cache (``kv=fp8``) are priced as a 1-byte cache; rows of a sliding window
+(``window``, grid ``window``) the way the calibrated cost model prices a windowed layer: decode
+at the context capped at the window, a prefill chunk's query-key pairs and reads within the
+window (``attention.windowed``) with the inefficiency looked up at the context it reads.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from latsim import load_device
+from latsim.calibration.attention import windowed
 from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.profile.features import roofline_s
 from latsim.costmodel.profile.regressors import Predictors, load_predictors
@@ -27,17 +32,22 @@ from latsim.costmodel.profile.tables import read_shard, shard_path
 def predicted_s(pred: Predictors, rows: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
     """The profile's price of each row (seconds): one regressor call per phase and head shape."""
     out = np.full(len(rows), np.nan)
-    for (phase, hq, hkv, d), group in rows.groupby(["phase", "hq", "hkv", "d"]):
+    rows = rows.assign(kv_bytes=np.where(rows.get("kv", pd.Series(index=rows.index)) == "fp8", 1.0, 2.0),
+                       win=rows["window"].fillna(0).astype(int) if "window" in rows else 0)
+    for (phase, hq, hkv, d, kvb, win), group in rows.groupby(["phase", "hq", "hkv", "d", "kv_bytes", "win"]):
         heads, at = (int(hq), int(hkv), int(d)), rows.index.get_indexer(group.index)
         ctx = group["ctx"].to_numpy(dtype=float)
         if phase == "decode":
-            out[at] = pred.attn_decode_s(group["batch"].to_numpy(dtype=float), ctx, heads, 2.0, device)
+            seen = np.minimum(ctx, win) if win else ctx
+            out[at] = pred.attn_decode_s(group["batch"].to_numpy(dtype=float), seen, heads, kvb, device)
             continue
         q = group["q"].to_numpy(dtype=float)
-        pairs = q * ctx + q * (q + 1) / 2
-        roof = roofline_s(4.0 * d * hq * pairs, 4.0 * d * (q * hq + (q + ctx) * hkv), device.flops_for("bf16"),
-                          device.hbm_bandwidth)
-        out[at] = roof * pred.attn_prefill_ratio(q, ctx, heads, device)
+        chunks = [windowed([int(k + n)], [int(n)], int(win)) for n, k in zip(q, ctx, strict=True)]
+        reads = np.array([r[0] for r, _ in chunks], dtype=float)
+        pairs = np.array([w for _, w in chunks], dtype=float)
+        roof = roofline_s(4.0 * d * hq * pairs, 4.0 * d * q * hq + 2.0 * d * reads * hkv * kvb,
+                          device.flops_for("bf16"), device.hbm_bandwidth)
+        out[at] = roof * pred.attn_prefill_ratio(q, reads - q, heads, device, kvb)
     return out
 
 

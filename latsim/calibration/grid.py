@@ -159,13 +159,15 @@ MSTEPS_HIGH = replace(
 512-token prompt's step with a few decodes lands and vLLM's CUTLASS fp8 kernel changes tile
 configuration, and on to 3,072 rows: :data:`MSTEPS` stops at 1,024."""
 
-MARLIN = replace(
-    FULL, name="marlin", gemm_m=FULL.gemm_m[:-2], gemm_stride=3, gemm_fp8_stride=0, gemm_int4_stride=1,
+W4A16 = replace(
+    FULL, name="w4a16", gemm_m=FULL.gemm_m[:-2], gemm_stride=3, gemm_fp8_stride=0, gemm_int4_stride=1,
     gemm_bf16=False, prefill_configs=0, decode_configs=0, memory_widths=(), moe_stride=0, overhead_kernels=(),
     comm_world=(),
 )
 """4-bit weight-only GEMMs as vLLM 0.25.1 runs GPTQ, AWQ and compressed-tensors w4a16 checkpoints
-on the GPU (Marlin, groups of 128), over every third catalog shape and 1-8,192 rows."""
+on the GPU (Machete on Hopper, else Marlin; groups of 128: ``gemm.py``), over every third catalog
+shape and 1-8,192 rows.  (Its two H200 runs in ``data/kernels/`` were made under its first
+name, ``marlin``.)"""
 
 W4_STEPS = replace(
     MSTEPS, name="w4-steps", gemm_bf16=False, gemm_fp8_stride=0, gemm_int4_stride=1, decode_configs=0,
@@ -189,7 +191,7 @@ WINDOW = replace(
 contexts from inside the window to 8 x past it, over :data:`WINDOW_SHAPES`: a check of the
 cost model's windowed pricing (context read capped at the window), not a fitted family."""
 
-GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, PAGED_PREFILL, MSTEPS_HIGH, MARLIN,
+GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, PAGED_PREFILL, MSTEPS_HIGH, W4A16,
                              W4_STEPS, FP8_KV, WINDOW)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},

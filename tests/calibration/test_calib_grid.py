@@ -84,11 +84,11 @@ def test_msteps_grid_steps_through_the_dispatch_buckets_in_both_dtypes() -> None
 
 
 def test_quantized_and_windowed_grids_name_only_their_new_axes() -> None:
-    """int4 GEMMs only on Marlin-sized shapes; fp8-KV and window points name their option, and a
+    """int4 GEMMs only on shapes Marlin takes; fp8-KV and window points name their option, and a
     grid without them keeps the ids it had (the bf16 points carry no ``kv`` or ``window``)."""
-    marlin = [p.kwargs for p in points(get_grid("marlin"))]
-    assert marlin and {g["dtype"] for g in marlin} == {"int4"}
-    assert all(g["K"] % 128 == 0 and g["N"] % 64 == 0 for g in marlin)
+    w4 = [p.kwargs for p in points(get_grid("w4a16"))]
+    assert w4 and {g["dtype"] for g in w4} == {"int4"}
+    assert all(g["K"] % 128 == 0 and g["N"] % 64 == 0 for g in w4)
     high = [p.kwargs for p in points(get_grid("msteps-high"))]
     assert {g["dtype"] for g in high} == {"bf16", "fp8", "int4"}
     assert min(g["M"] for g in high) > 512
@@ -100,3 +100,5 @@ def test_quantized_and_windowed_grids_name_only_their_new_axes() -> None:
     assert max(a["ctx"] for a in window) >= 8 * 4096
     plain = [p.id for p in points(get_grid("paged"))] + [p.id for p in points(FULL)]
     assert not any(",kv=" in i or ",window=" in i for i in plain)
+    steps = [p.kwargs for p in points(get_grid("w4-steps"))]
+    assert {g["dtype"] for g in steps} == {"int4"} and {1, 128, 136, 520, 8192} <= {g["M"] for g in steps}

@@ -20,7 +20,11 @@ Arr = npt.NDArray[np.float64]
 Cols = Mapping[str, Any] | Any
 """Columns by name; ``attn_decode`` needs ``skewed`` (1.0 for the skewed context mix, else 0.0)."""
 MEMORY_OPS = ("rmsnorm", "rotary", "silu_mul", "copy")
-FAMILIES = ("gemm", "attn_prefill", "attn_decode", "memory", "moe")
+FAMILIES = ("gemm", "attn_prefill", "attn_decode", "memory", "moe", "gemm_w4a16", "attn_prefill_fp8kv",
+            "attn_decode_fp8kv")
+VARIANTS = {"gemm_w4a16": "gemm", "attn_prefill_fp8kv": "attn_prefill", "attn_decode_fp8kv": "attn_decode"}
+"""Optional families measured on another kernel of the same operator (4-bit Marlin GEMMs, FA3
+over an fp8 KV cache): the features of the base family, a model of their own."""
 COLUMNS: dict[str, tuple[str, ...]] = {
     "gemm": ("m_bucket", "log2_m", "log2_k", "log2_n", "fp8", "log2_intensity", "log2_roofline"),
     "attn_prefill": ("log2_q", "log2_ctx", "hq", "hkv", "d", "log2_roofline"),
@@ -29,6 +33,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "memory": (*(f"op_{o}" for o in MEMORY_OPS), "log2_bytes"),
     "moe": ("log2_tokens", "experts", "top_k", "log2_hidden", "log2_inter", "log2_hit", "log2_roofline"),
 }
+COLUMNS.update({variant: COLUMNS[base] for variant, base in VARIANTS.items()})
 
 
 def _a(cols: Cols, key: str) -> Arr:
@@ -57,6 +62,7 @@ def matrix(family: str, cols: Cols, roof: Arr) -> Arr:
     split follows the bucket.
     """
     lr = np.log2(np.maximum(roof, 1e-12))
+    family = VARIANTS.get(family, family)
     if family == "gemm":
         m, k, n = _a(cols, "M"), _a(cols, "K"), _a(cols, "N")
         inten = _a(cols, "flops") / np.maximum(_a(cols, "bytes"), 1.0)

@@ -43,8 +43,11 @@ class Predictors:
         x = features.matrix(family, cols, roof)
         return np.exp(np.asarray(self.boosters[family].inplace_predict(x), dtype=np.float64))
 
-    def gemm_s(self, m: Arr, k: float, n: float, device: DeviceSpec, compute_dtype: str, wbytes: float) -> Arr:
-        """One ``m x k`` by ``k x n`` GEMM; W8A8 dtypes (fp8, int8) use the fp8 curve."""
+    def gemm_s(self, m: Arr, k: float, n: float, device: DeviceSpec, compute_dtype: str, wbytes: float,
+               marlin: bool = False) -> Arr:
+        """One ``m x k`` by ``k x n`` GEMM; W8A8 dtypes (fp8, int8) use the fp8 curve, 4-bit
+        weight-only layers (``marlin``) the Marlin kernel's rows when the profile has them (else
+        the bf16 curve on the 4-bit roofline)."""
         fp8 = 1.0 if compute_dtype in ("fp8", "int8") else 0.0
         abytes = 1.0 if fp8 else 2.0
         flops = 2.0 * m * k * n
@@ -52,16 +55,25 @@ class Predictors:
         roof = features.roofline_s(flops, nbytes, device.flops_for(compute_dtype), device.hbm_bandwidth)
         cols = {"M": m, "K": np.full_like(m, k), "N": np.full_like(m, n), "fp8": np.full_like(m, fp8),
                 "flops": flops, "bytes": nbytes}
-        return roof * self.ratio("gemm", cols, roof)
+        family = "gemm_w4a16" if marlin and "gemm_w4a16" in self.boosters else "gemm"
+        return roof * self.ratio(family, cols, roof)
 
-    def attn_prefill_ratio(self, q: Arr, ctx: Arr, heads: tuple[int, int, int], device: DeviceSpec) -> Arr:
-        """measured / roofline of one sequence's chunk of ``q`` tokens after ``ctx`` cached."""
+    def attn_prefill_ratio(self, q: Arr, ctx: Arr, heads: tuple[int, int, int], device: DeviceSpec,
+                           kv_bytes: float = 2.0) -> Arr:
+        """measured / roofline of one sequence's chunk of ``q`` tokens after ``ctx`` cached, over a
+        cache of ``kv_bytes`` per element (the calibrated model's roofline); over an fp8 cache the
+        fp8-cache rows when the profile has them."""
         hq, hkv, d = heads
         pairs = q * ctx + q * (q + 1) / 2
-        flops, nbytes = 4.0 * d * hq * pairs, 4.0 * d * (q * hq + (q + ctx) * hkv)
+        flops, nbytes = 4.0 * d * hq * pairs, 4.0 * d * q * hq + 2.0 * d * (q + ctx) * hkv * kv_bytes
         roof = features.roofline_s(flops, nbytes, device.flops_for("bf16"), device.hbm_bandwidth)
         cols = {"q": q, "ctx": ctx, "hq": np.full_like(q, hq), "hkv": np.full_like(q, hkv), "d": np.full_like(q, d)}
-        return self.ratio("attn_prefill", cols, roof)
+        return self.ratio(self._kv_family("attn_prefill", kv_bytes), cols, roof)
+
+    def _kv_family(self, family: str, kv_bytes: float) -> str:
+        """``family`` or its fp8-cache variant (a 1-byte cache and a profile that measured it)."""
+        variant = f"{family}_fp8kv"
+        return variant if kv_bytes == 1.0 and variant in self.boosters else family
 
     def attn_decode_s(self, batch: Arr, ctx: Arr, heads: tuple[int, int, int], kv_bytes: float,
                       device: DeviceSpec) -> Arr:
@@ -73,7 +85,8 @@ class Predictors:
         roof = features.roofline_s(flops, nbytes, device.flops_for("bf16"), device.hbm_bandwidth)
         cols = {"batch": batch, "ctx": ctx, "hq": np.full_like(batch, hq), "hkv": np.full_like(batch, hkv),
                 "d": np.full_like(batch, d)}
-        return roof * self.ratio("attn_decode", {**cols, "skewed": np.zeros_like(batch)}, roof)
+        family = self._kv_family("attn_decode", kv_bytes)
+        return roof * self.ratio(family, {**cols, "skewed": np.zeros_like(batch)}, roof)
 
     def memory_s(self, op: str, nbytes: Arr, device: DeviceSpec) -> Arr:
         """One memory-bound kernel moving ``nbytes``; ``op`` one of ``features.MEMORY_OPS``."""

@@ -104,7 +104,7 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[
     notes: list[str] = []
     total = np.zeros_like(t)
     for k, n, layers, dtype, wb in _gemms(s):
-        total = total + layers * p.gemm_s(t, k, n, device, dtype, wb)
+        total = total + layers * p.gemm_s(t, k, n, device, dtype, wb, marlin=s.marlin and wb < 1.0)
     if s.experts and s.moe_layers:
         shape = (s.experts, s.top_k, s.hidden, s.expert_width)
         total = total + s.moe_layers * p.moe_s(t, shape, device, s.weight_bytes)
@@ -163,9 +163,9 @@ def decode_grid(p: Predictors, s: ShardSpec, device: DeviceSpec, heads: tuple[in
     return p.attn_decode_s(d.ravel(), c.ravel(), heads, s.kv_bytes, device).reshape(d.shape)
 
 
-def prefill_grid(p: Predictors, device: DeviceSpec, heads: tuple[int, int, int]) -> Arr:
+def prefill_grid(p: Predictors, device: DeviceSpec, heads: tuple[int, int, int], kv_bytes: float = 2.0) -> Arr:
     q, c = np.meshgrid(np.asarray(Q_KNOTS), np.asarray(PC_KNOTS), indexing="ij")
-    return p.attn_prefill_ratio(q.ravel(), c.ravel(), heads, device).reshape(q.shape)
+    return p.attn_prefill_ratio(q.ravel(), c.ravel(), heads, device, kv_bytes).reshape(q.shape)
 
 
 def build_tables(p: Predictors, s: ShardSpec, device: DeviceSpec, head_dim: int) -> StepTables:
@@ -179,6 +179,6 @@ def build_tables(p: Predictors, s: ShardSpec, device: DeviceSpec, head_dim: int)
         per_sample=per_sample(p, s, device, t).tolist(),
         d_knots=list(D_KNOTS), c_knots=list(C_KNOTS), decode=decode_grid(p, s, device, heads_of(s, head_dim)).tolist(),
         q_knots=list(Q_KNOTS), pc_knots=list(PC_KNOTS),
-        prefill_ratio=prefill_grid(p, device, heads_of(s, head_dim)).tolist(),
+        prefill_ratio=prefill_grid(p, device, heads_of(s, head_dim), s.kv_bytes).tolist(),
         notes=tuple(notes),
     )
