@@ -45,7 +45,7 @@ def predicted_s(pred: Predictors, rows: pd.DataFrame, device: DeviceSpec) -> np.
         chunks = [windowed([int(k + n)], [int(n)], int(win)) for n, k in zip(q, ctx, strict=True)]
         reads = np.array([r[0] for r, _ in chunks], dtype=float)
         pairs = np.array([w for _, w in chunks], dtype=float)
-        roof = roofline_s(4.0 * d * hq * pairs, 4.0 * d * q * hq + 2.0 * d * reads * hkv * kvb,
+        roof = roofline_s(4.0 * d * hq * pairs, d * q * hq * (kvb + 2.0) + 2.0 * d * reads * hkv * kvb,
                           device.flops_for("bf16"), device.hbm_bandwidth)
         out[at] = roof * pred.attn_prefill_ratio(q, reads - q, heads, device, kvb)
     return out

@@ -95,7 +95,7 @@ class CalibratedCostModel:
         self._c_knots = np.asarray(tables.c_knots, dtype=np.float64)
         peak = device.flops_for("bf16")
         self._pair_s = 4.0 * shard.q_width / peak
-        self._q_byte_s = 4.0 * shard.q_width / device.hbm_bandwidth
+        self._q_byte_s = (shard.kv_bytes + 2.0) * shard.q_width / device.hbm_bandwidth
         self._kv_byte_s = 2.0 * shard.kv_width * shard.kv_bytes / device.hbm_bandwidth
 
     def _features(self, b: BatchShape) -> tuple[Any, ...]:

@@ -65,7 +65,7 @@ class Predictors:
         fp8-cache rows when the profile has them."""
         hq, hkv, d = heads
         pairs = q * ctx + q * (q + 1) / 2
-        flops, nbytes = 4.0 * d * hq * pairs, 4.0 * d * q * hq + 2.0 * d * (q + ctx) * hkv * kv_bytes
+        flops, nbytes = 4.0 * d * hq * pairs, d * q * hq * (kv_bytes + 2.0) + 2.0 * d * (q + ctx) * hkv * kv_bytes
         roof = features.roofline_s(flops, nbytes, device.flops_for("bf16"), device.hbm_bandwidth)
         cols = {"q": q, "ctx": ctx, "hq": np.full_like(q, hq), "hkv": np.full_like(q, hkv), "d": np.full_like(q, d)}
         return self.ratio(self._kv_family("attn_prefill", kv_bytes), cols, roof)
@@ -78,10 +78,12 @@ class Predictors:
     def attn_decode_s(self, batch: Arr, ctx: Arr, heads: tuple[int, int, int], kv_bytes: float,
                       device: DeviceSpec) -> Arr:
         """One decode attention call: ``batch`` sequences of mean context ``ctx``, priced from the
-        ``uniform`` mix (a paged kernel's cost follows the total KV read; see attention.py)."""
+        ``uniform`` mix (a paged kernel's cost follows the total KV read; see attention.py); bytes
+        as the calibration counts them (``attention.work``: queries in the cache's dtype, bf16
+        out), from the fp8-cache rows over a 1-byte cache when the profile has them."""
         hq, hkv, d = heads
         flops = 4.0 * d * hq * batch * ctx
-        nbytes = 4.0 * d * batch * hq + 2.0 * d * hkv * kv_bytes * batch * ctx
+        nbytes = d * batch * hq * (kv_bytes + 2.0) + 2.0 * d * hkv * kv_bytes * batch * ctx
         roof = features.roofline_s(flops, nbytes, device.flops_for("bf16"), device.hbm_bandwidth)
         cols = {"batch": batch, "ctx": ctx, "hq": np.full_like(batch, hq), "hkv": np.full_like(batch, hkv),
                 "d": np.full_like(batch, d)}
