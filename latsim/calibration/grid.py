@@ -74,6 +74,9 @@ class GridSpec:
     so the ids of the bf16 points do not change."""
     attention_window: int = 0
     """Sliding window of every attention point (0: none, and the point does not name one)."""
+    fp8kv_configs: int = 0
+    """The first n head configurations (most-used first) are also timed over an fp8 KV cache
+    (prefill, and decode in the uniform mix the cost model prices from)."""
 
 
 def _pow2(lo: int, hi: int, step: int = 1) -> tuple[int, ...]:
@@ -94,6 +97,7 @@ FULL = GridSpec(
                    ("silu_mul", (768, 1536, 3584, 7168, 14336, 28672)), ("copy", (1024, 4096, 16384, 65536))),
     moe_stride=1, moe_tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
     overhead_kernels=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), comm_world=(2, 4, 8), comm_bytes=_pow2(12, 28, 1),
+    gemm_int4_stride=4, fp8kv_configs=7,
 )
 
 QUICK = GridSpec(
@@ -117,7 +121,7 @@ TINY = GridSpec(
 
 SHAPES = replace(
     FULL, name="shapes", prefill_configs=99, decode_configs=99, gemm_stride=0, gemm_fp8_stride=0,
-    memory_widths=(), moe_stride=0, overhead_kernels=(), comm_world=(),
+    memory_widths=(), moe_stride=0, overhead_kernels=(), comm_world=(), gemm_int4_stride=0, fp8kv_configs=0,
 )
 """The attention-shape study: the full grid's prefill and decode axes over :data:`STUDY_SHAPES`
 (head dims 64-256, GQA ratios 1-8, MHA at every head dim), attention only."""
@@ -302,11 +306,17 @@ def _int4_ok(s: dict[str, Any]) -> bool:
 
 def _attention(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
     configs = sorted(shapes["attention"], key=lambda s: (-len(s["tags"]), s["hq"], s["hkv"], s["d"]))
+    fp8 = {(s["hq"], s["hkv"], s["d"]) for s in configs[:g.fp8kv_configs]}
+
+    def kvs(s: dict[str, Any], mix: str = "uniform") -> tuple[str, ...]:
+        extra = (s["hq"], s["hkv"], s["d"]) in fp8 and mix == "uniform" and "fp8" not in g.attention_kv
+        return g.attention_kv + (("fp8",) if extra else ())
+
     for s in sorted(configs[:g.prefill_configs], key=lambda s: (s["hq"], s["hkv"], s["d"])):
         for q in g.prefill_q:
             for c in g.prefill_ctx:
                 if q * c + q * (q + 1) / 2 <= g.max_prefill_pairs:
-                    for kv in g.attention_kv:
+                    for kv in kvs(s):
                         yield _point("attention", phase="prefill", hq=s["hq"], hkv=s["hkv"], d=s["d"], q=q, ctx=c,
                                      **_kv(kv, g.attention_window))
     for s in sorted(configs[:g.decode_configs], key=lambda s: (s["hq"], s["hkv"], s["d"])):
@@ -314,7 +324,7 @@ def _attention(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
             for c in g.decode_ctx:
                 for mix in g.decode_mix if b > 1 else ("uniform",):
                     if b * c <= g.max_decode_kv:
-                        for kv in g.attention_kv:
+                        for kv in kvs(s, mix):
                             yield _point("attention", phase="decode", hq=s["hq"], hkv=s["hkv"], d=s["d"],
                                          batch=b, ctx=c, mix=mix, **_kv(kv, g.attention_window))
 

@@ -64,7 +64,7 @@ def test_wide_grid_holds_a_control_shape_of_the_full_grid() -> None:
 
 
 def test_paged_grids_re_time_every_profiled_attention_point_they_name() -> None:
-    full = {p.id for p in points(FULL) if p.family == "attention"}
+    full = {p.id for p in points(FULL) if p.family == "attention" and "kv" not in p.kwargs}
     decode, prefill = points(get_grid("paged")), points(get_grid("paged-prefill"))
     assert {p.kwargs["phase"] for p in decode} == {"decode"} and {p.kwargs["mix"] for p in decode} == {"uniform"}
     assert {p.kwargs["phase"] for p in prefill} == {"prefill"}
@@ -98,7 +98,21 @@ def test_quantized_and_windowed_grids_name_only_their_new_axes() -> None:
     window = [p.kwargs for p in points(get_grid("window"))]
     assert window and all(a["window"] == 4096 for a in window)
     assert max(a["ctx"] for a in window) >= 8 * 4096
-    plain = [p.id for p in points(get_grid("paged"))] + [p.id for p in points(FULL)]
+    plain = [p.id for name in ("paged", "shapes", "wide", "msteps") for p in points(get_grid(name))]
     assert not any(",kv=" in i or ",window=" in i for i in plain)
+
+
+def test_full_grid_times_the_quantized_kernels_too() -> None:
+    """`latsim calibrate` on a new GPU measures what the cost model prices from: 4-bit GEMMs on
+    every fourth shape and the most-used head configurations over an fp8 cache (uniform decode
+    and prefill), beside every bf16 point the grid had."""
+    pts = [p.kwargs for p in points(FULL)]
+    int4 = {(g["K"], g["N"]) for g in pts if g.get("dtype") == "int4"}
+    bf16 = {(g["K"], g["N"]) for g in pts if g.get("dtype") == "bf16"}
+    assert int4 and int4 < bf16 and len(int4) >= len(bf16) // 6
+    fp8 = [a for a in pts if a.get("kv") == "fp8"]
+    assert {a["phase"] for a in fp8} == {"prefill", "decode"}
+    assert all(a["mix"] == "uniform" for a in fp8 if a["phase"] == "decode")
+    assert (32, 8, 128) in {(a["hq"], a["hkv"], a["d"]) for a in fp8}
     steps = [p.kwargs for p in points(get_grid("w4-steps"))]
     assert {g["dtype"] for g in steps} == {"int4"} and {1, 128, 136, 520, 8192} <= {g["M"] for g in steps}
