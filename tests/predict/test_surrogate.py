@@ -169,3 +169,17 @@ def test_training_rows_of_two_run_lengths_are_refused():
     assert run_length(pd.DataFrame({"num_requests": [1600, 1600]})) == 1600
     with pytest.raises(ValueError, match="2 run lengths"):
         run_length(pd.DataFrame({"num_requests": [400, 1600]}))
+
+
+def test_the_two_sided_monotone_envelope_is_non_decreasing_and_less_biased_on_a_flat_noisy_curve():
+    from latsim.predict.surrogate import non_decreasing
+
+    rng = np.random.default_rng(0)
+    flat = 10.0 + rng.normal(0, 0.5, size=(200, 27))  # a flat curve plus the trees' wiggle
+    for two_sided in (False, True):
+        assert np.all(np.diff(non_decreasing(flat, two_sided), axis=1) >= 0)
+    bias_max = np.median(non_decreasing(flat) - 10.0)
+    bias_two = np.median(non_decreasing(flat, two_sided=True) - 10.0)
+    assert bias_max > 0.5 and abs(bias_two) < bias_max / 2
+    rising = np.cumsum(np.abs(flat), axis=1)  # already non-decreasing: both leave it as it is
+    np.testing.assert_array_equal(non_decreasing(rising, two_sided=True), rising)
