@@ -161,8 +161,9 @@ def apply(variant: str):
         apply_rbm("rbmc" in parts)
     if "fluidc2" in parts:
         apply_fluidc()
-    if "mid" in parts or "fine" in parts or "lite" in parts or "log" in parts:
-        patch_grid("mid" if "mid" in parts else "max", "fine" in parts, "lite" in parts, "log" in parts)
+    if "mid" in parts or "fine" in parts or "lite" in parts or "log" in parts or "midtpot" in parts:
+        patch_grid("mid" if "mid" in parts else "midtpot" if "midtpot" in parts else "max", "fine" in parts,
+                   "lite" in parts, "log" in parts)
     print("variant", variant, "features", len(S.FEATURES))
 
 
@@ -242,7 +243,7 @@ def patch_grid(mode: str, fine: bool, lite: bool = False, log: bool = False):
         load = qps / capacity[codes]
         for target, reg in self.regressors.items():
             raw = (SS.baseline_ms(grid, target, self.run_requests) * np.exp(reg.predict(X))).reshape(len(distinct), len(G))
-            if mode == "mid":
+            if mode == "mid" or (mode == "midtpot" and target.startswith("tpot")):
                 mono = 0.5 * (np.maximum.accumulate(raw, axis=1) + np.minimum.accumulate(raw[:, ::-1], axis=1)[:, ::-1])
             else:
                 mono = np.maximum.accumulate(raw, axis=1)
