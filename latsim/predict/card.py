@@ -17,10 +17,14 @@ def write_card_markdown(card: dict) -> str:
     lines = ["# latsim surrogate card", "",
              f"- trained: {card['trained_utc']} on simulator commit `{card['simulator_commit']}`",
              f"- sample: {card['sample_size']} simulated configurations of {card['num_requests_per_configuration']} "
-             f"requests each, {card['design']}; {_pct(card['stable_share'])} stable",
+             f"requests each, {card['design']}; {_pct(card['stable_share'])} stable"
+             + (f"; and, training only (never held out nor scored), {card['train_only']['size']} configurations of "
+                f"{card['train_only']['design']}" if "train_only" in card else ""),
              f"- trees per target: {card['trees']['n_estimators']}, depth {card['trees']['max_depth']}, "
              f"learning rate {card['trees'].get('learning_rate', 0.1)}, at least "
-             f"{card['trees'].get('min_child_weight', 1)} rows per leaf; each latency learned as its log-ratio to the "
+             f"{card['trees'].get('min_child_weight', 1)} rows per leaf"
+             + (f", {card['trees']['objective'].replace('_', ' ')} loss" if "objective" in card["trees"] else "")
+             + "; each latency learned as its log-ratio to the "
              "configuration's physics at its load (latsim.predict.surrogate.baseline_ms), made non-decreasing in load "
              "on a grid of loads"
              + (f"; stability: {card['stability_trees']['n_estimators']} trees of depth "

@@ -35,25 +35,35 @@ def _params(est: BaseEstimator, n_features: int, objective: str) -> dict:
     return params
 
 
+REGRESSION_OBJECTIVES = {"squared_error": "reg:squarederror", "absolute_error": "reg:absoluteerror"}
+"""The regressor's losses and xgboost's names for them."""
+
+
 class MonotoneBoostedRegressor(RegressorMixin, BaseEstimator):
-    """Squared-error boosted trees; ``predict`` is non-decreasing in every feature whose
-    ``monotone`` sign is +1 (non-increasing for -1).  ``min_child_weight``: the least number of
-    rows a leaf may hold (xgboost's hessian sum, one per row for squared error)."""
+    """Boosted trees of squared or absolute error (``objective``: ``"squared_error"``, a mean fit,
+    or ``"absolute_error"``, a median fit, robust to heavy-tailed targets); ``predict`` is
+    non-decreasing in every feature whose ``monotone`` sign is +1 (non-increasing for -1).
+    ``min_child_weight``: the least number of rows a leaf may hold (xgboost's hessian sum, one
+    per row for either loss)."""
 
     def __init__(self, n_estimators: int = 80, max_depth: int = 4, learning_rate: float = 0.1,
-                 monotone: tuple[int, ...] = (), random_state: int = 0, min_child_weight: float = 1.0) -> None:
+                 monotone: tuple[int, ...] = (), random_state: int = 0, min_child_weight: float = 1.0,
+                 objective: str = "squared_error") -> None:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
         self.min_child_weight = min_child_weight
         self.monotone = monotone
         self.random_state = random_state
+        self.objective = objective
 
     def fit(self, X: npt.ArrayLike, y: npt.ArrayLike) -> MonotoneBoostedRegressor:
         Xv, yv = validate_data(self, X, y, y_numeric=True)
         Xa = np.asarray(Xv, dtype=np.float64)
         data = xgb.DMatrix(Xa, label=np.asarray(yv, dtype=np.float64))
-        params = _params(self, Xa.shape[1], "reg:squarederror")
+        if self.objective not in REGRESSION_OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(REGRESSION_OBJECTIVES)}, got {self.objective!r}")
+        params = _params(self, Xa.shape[1], REGRESSION_OBJECTIVES[self.objective])
         self.booster_ = xgb.train(params, data, num_boost_round=self.n_estimators)
         return self
 

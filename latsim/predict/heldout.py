@@ -20,8 +20,6 @@ rate over the saturated capacity, the closer estimate).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pandas as pd
 
@@ -48,23 +46,34 @@ def groups(frame: pd.DataFrame, split: str, seed: int = 0) -> np.ndarray:
     raise ValueError(f"split must be configuration, model_family or gpu, got {split!r}")
 
 
-def _folds(g: np.ndarray) -> Iterator[np.ndarray]:
-    for value in pd.unique(g):
-        yield g == value
-
-
-def cross_predict(frame: pd.DataFrame, static: pd.DataFrame, split: str, **fit_args: float) -> pd.DataFrame:
+def cross_predict(frame: pd.DataFrame, static: pd.DataFrame, split: str,
+                  extra: tuple[pd.DataFrame, pd.DataFrame] | None = None, **fit_args: float) -> pd.DataFrame:
     """Every row predicted by a surrogate fitted without its group (index of ``frame``);
-    ``static`` holds the rows' :func:`latsim.predict.features.static_features`."""
+    ``static`` holds the rows' :func:`latsim.predict.features.static_features`.
+
+    ``extra``: ``(rows, their static features)`` that only ever train (a sample concentrated
+    where the error is, ``train --train-only``): they join every fold's training rows, except,
+    under the model family and GPU splits, those of the family or GPU held out; they are never
+    predicted, so the score stays over ``frame``'s rows alone."""
     from latsim.predict.features import features_at
     from latsim.predict.surrogate import fit_surrogate
 
     qps = frame["qps"].to_numpy(dtype=float)
     feats = features_at(static, qps)
     g = groups(frame, split)
+    if extra is not None:
+        extra_frame, extra_static = extra
+        extra_feats = features_at(extra_static, extra_frame["qps"].to_numpy(dtype=float))
+        extra_g = None if split == "configuration" else groups(extra_frame, split)
     parts = []
-    for test in _folds(g):
-        model = fit_surrogate(frame[~test], feats[~test], **fit_args)  # type: ignore[arg-type]
+    for value in pd.unique(g):
+        test = g == value
+        train_frame, train_feats = frame[~test], feats[~test]
+        if extra is not None:
+            keep = np.ones(len(extra_frame), dtype=bool) if extra_g is None else extra_g != value
+            train_frame = pd.concat([train_frame, extra_frame[keep]], ignore_index=True)
+            train_feats = pd.concat([train_feats, extra_feats[keep]], ignore_index=True)
+        model = fit_surrogate(train_frame, train_feats, **fit_args)  # type: ignore[arg-type]
         parts.append(model.predict_static(static[test], qps[test]))
     return pd.concat(parts).loc[frame.index]
 

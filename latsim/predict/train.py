@@ -5,7 +5,9 @@ latsim/data/surrogate --live data/validation`` reads every part the recipe wrote
 folder (:mod:`latsim.predict.recipe`; the points of every folder need distinct ids),
 scores held-out error three ways (:mod:`latsim.predict.heldout`) and against the live runs
 (:mod:`latsim.predict.live`), fits the final surrogate on every row and writes the boosters,
-``surrogate.json`` (with the card) and ``CARD.md``.
+``surrogate.json`` (with the card) and ``CARD.md``.  ``--train-only FOLDER ...``: rows of a
+sample concentrated where the error is (models/recipe/README.md) that join every training fold
+and the final fit but are never held out, so the card scores the space-filling samples alone.
 """
 
 from __future__ import annotations
@@ -64,8 +66,10 @@ def design_text(frame: pd.DataFrame) -> str:
             f"{', '.join(map(str, seeds))} (models/recipe/points*.csv, latsim.predict.design)")
 
 
-def build_card(frame: pd.DataFrame, static: pd.DataFrame, live: dict | None) -> dict:
-    """The held-out errors under every split, the live comparison, the domain and provenance."""
+def build_card(frame: pd.DataFrame, static: pd.DataFrame, live: dict | None,
+               extra: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> dict:
+    """The held-out errors under every split, the live comparison, the domain and provenance;
+    ``extra``: training-only rows and their static features (:func:`latsim.predict.heldout.cross_predict`)."""
     from latsim.predict.heldout import cross_predict, score
 
     feats = features_at(static, frame["qps"].to_numpy(dtype=float))
@@ -76,8 +80,10 @@ def build_card(frame: pd.DataFrame, static: pd.DataFrame, live: dict | None) -> 
                   "design": design_text(frame),
                   "trees": TREES, "stability_trees": STABILITY_TREES, "stable_share": float(frame["stable"].mean()),
                   "held_out": {}}
+    if extra is not None:
+        card["train_only"] = {"size": len(extra[0]), "design": design_text(extra[0])}
     for split in SPLITS:
-        card["held_out"][split] = score(frame, feats, cross_predict(frame, static, split, **TREES))
+        card["held_out"][split] = score(frame, feats, cross_predict(frame, static, split, extra, **TREES))
         print(f"held out by {split}: " + ", ".join(
             f"{t} {card['held_out'][split][t]['median']:.3f}" for t in TARGETS), flush=True)
     if live is not None:
@@ -126,13 +132,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--live", default=None, help="data/validation: also score against the live runs")
     parser.add_argument("--repeat", default=None,
                         help="the recipe's rows of the same points with other seeds (--seed-offset): the noise floor")
+    parser.add_argument("--train-only", nargs="+", default=[], metavar="FOLDER",
+                        help="recipe output folders whose rows only train (never held out nor scored)")
     args = parser.parse_args(argv)
+    read_all([*args.results, *args.train_only])  # every id once over all folders
     frame = read_all(args.results)
     static = static_features(frame)
-    feats = features_at(static, frame["qps"].to_numpy(dtype=float))
-    surrogate = fit_surrogate(frame, feats, **TREES)
+    extra = None
+    if args.train_only:
+        extra_frame = read_all(args.train_only)
+        extra = (extra_frame, static_features(extra_frame))
+    fit_frame = pd.concat([frame, extra[0]], ignore_index=True) if extra else frame
+    fit_static = pd.concat([static, extra[1]], ignore_index=True) if extra else static
+    surrogate = fit_surrogate(fit_frame, features_at(fit_static, fit_frame["qps"].to_numpy(dtype=float)), **TREES)
     live = live_card(Path(args.live), surrogate) if args.live else None
-    surrogate.card = build_card(frame, static, live)
+    surrogate.card = build_card(frame, static, live, extra)
     surrogate.card["domain"] = surrogate.domain
     if args.repeat:
         surrogate.card["noise"] = noise_card(frame, read_results(args.repeat))

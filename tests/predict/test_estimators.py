@@ -9,7 +9,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from latsim.predict.estimators import BoostedStabilityClassifier, MonotoneBoostedRegressor
 
 
-@parametrize_with_checks([MonotoneBoostedRegressor(n_estimators=8), BoostedStabilityClassifier(n_estimators=8)])
+@parametrize_with_checks([MonotoneBoostedRegressor(n_estimators=8),
+                          MonotoneBoostedRegressor(n_estimators=8, objective="absolute_error"),
+                          BoostedStabilityClassifier(n_estimators=8)])
 def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -43,3 +45,20 @@ def test_wrong_number_of_monotone_signs_is_refused():
     X, y = _data()
     with pytest.raises(ValueError, match="2 signs for 3 features"):
         MonotoneBoostedRegressor(monotone=(1, 0)).fit(X, y)
+
+
+def test_the_absolute_loss_fits_the_median_where_the_squared_loss_follows_the_outliers():
+    rng = np.random.default_rng(2)
+    X = rng.uniform(0, 1, size=(600, 2))
+    # a fifth of the rows far above the rest (the heavy tail of runs near saturation): the median is 0
+    y = np.where(rng.uniform(size=600) < 0.2, 5.0, 0.0) + rng.normal(0, 0.01, 600)
+    mean_fit = MonotoneBoostedRegressor(n_estimators=200, max_depth=2).fit(X, y).predict(X)
+    median_fit = MonotoneBoostedRegressor(n_estimators=200, max_depth=2, objective="absolute_error").fit(X, y)
+    assert np.median(mean_fit) > 0.5  # pulled toward the mean, 1.0
+    assert np.median(np.abs(median_fit.predict(X))) < 0.1
+
+
+def test_an_unknown_objective_is_refused():
+    X, y = _data()
+    with pytest.raises(ValueError, match="objective must be one of squared_error, absolute_error"):
+        MonotoneBoostedRegressor(objective="huber").fit(X, y)

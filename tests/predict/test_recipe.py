@@ -31,6 +31,19 @@ def test_design_covers_the_domain_with_every_grid_column(points):
     assert points["id"].between(3 * 8, 4 * 8 - 1).all()  # seed x n + index: samples of two seeds never share an id
 
 
+def test_a_sample_can_draw_its_load_over_the_saturated_capacity():
+    from latsim.predict.features import features
+
+    near, _ = sample(8, seed=4, models=MODELS, devices=DEVICES, load_basis="saturated", load_range=(0.6, 1.3))
+    assert near["load_saturated"].between(0.6, 1.3).all()
+    feats = features(near)  # the rate over the saturated capacity is the sampled load, the design's load kept
+    np.testing.assert_allclose(feats["load_saturated"], near["load_saturated"], rtol=1e-9)
+    np.testing.assert_allclose(feats["load"], near["load"], rtol=1e-9)
+    assert near["id"].between(4 * 8, 5 * 8 - 1).all()
+    with pytest.raises(ValueError, match="load_basis must be one of estimated, saturated"):
+        sample(8, seed=4, load_basis="offered")
+
+
 def test_training_refuses_two_folders_holding_the_same_points(points, tmp_path):
     from latsim.predict.train import design_text, read_all
 

@@ -137,3 +137,49 @@ def test_package_data_globs_ship_every_surrogate_file():
     for path in shipped:
         rel = path.relative_to(root / "latsim").as_posix()
         assert any(fnmatch.fnmatch(rel, g) for g in globs), rel
+
+
+def test_the_overload_wait_is_a_fluid_queue_past_the_saturated_capacity():
+    from latsim.predict.surrogate import baseline_ms, overload_wait_ms
+
+    rho = np.array([0.5, 1.0, 1.25, 2.0, 4.0])
+    feats = pd.DataFrame({"load_saturated": rho, "log_saturated_rps": np.log(10.0),
+                          "log_step_at_load_ms": np.log(20.0), "log_first_token_ms": np.log(50.0),
+                          "log_first_token_p50_ms": np.log(40.0), "out_p50": 100.0})
+    wait = overload_wait_ms(feats, 0.5, 1600)
+    # request 800 arrives at 800 / qps and starts at 800 / 10 req/s: at 12.5 req/s it waits 16 s
+    np.testing.assert_allclose(wait, [0.0, 0.0, 16_000.0, 40_000.0, 60_000.0])
+    for target in ("ttft_ms_p50", "e2e_ms_p50"):
+        without = baseline_ms(feats, target)
+        np.testing.assert_allclose(baseline_ms(feats, target, 1600) - without, wait)
+        assert np.all(np.diff(baseline_ms(feats, target, 1600)) >= 0)  # non-decreasing in the rate
+    np.testing.assert_allclose(baseline_ms(feats, "tpot_ms_p50", 1600), baseline_ms(feats, "tpot_ms_p50"))
+
+
+def test_a_surrogate_fitted_without_a_run_length_keeps_its_baseline(copy):
+    manifest = json.loads((copy / "surrogate.json").read_text())
+    manifest.pop("run_requests", None)
+    (copy / "surrogate.json").write_text(json.dumps(manifest))
+    assert load_surrogate(copy).run_requests == 0
+
+
+def test_training_rows_of_two_run_lengths_are_refused():
+    from latsim.predict.surrogate import run_length
+
+    assert run_length(pd.DataFrame({"num_requests": [1600, 1600]})) == 1600
+    with pytest.raises(ValueError, match="2 run lengths"):
+        run_length(pd.DataFrame({"num_requests": [400, 1600]}))
+
+
+def test_the_two_sided_monotone_envelope_is_non_decreasing_and_less_biased_on_a_flat_noisy_curve():
+    from latsim.predict.surrogate import non_decreasing
+
+    rng = np.random.default_rng(0)
+    flat = 10.0 + rng.normal(0, 0.5, size=(200, 27))  # a flat curve plus the trees' wiggle
+    for two_sided in (False, True):
+        assert np.all(np.diff(non_decreasing(flat, two_sided), axis=1) >= 0)
+    bias_max = np.median(non_decreasing(flat) - 10.0)
+    bias_two = np.median(non_decreasing(flat, two_sided=True) - 10.0)
+    assert bias_max > 0.5 and abs(bias_two) < bias_max / 2
+    rising = np.cumsum(np.abs(flat), axis=1)  # already non-decreasing: both leave it as it is
+    np.testing.assert_array_equal(non_decreasing(rising, two_sided=True), rising)
