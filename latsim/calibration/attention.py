@@ -73,8 +73,7 @@ def windowed(k_lens: list[int], q_lens: list[int], window: int) -> tuple[list[in
     """(KV tokens each sequence reads, query-key pairs) under a sliding window of ``window``
     tokens (0: none): a query attends to itself and the ``window - 1`` tokens before it."""
     if not window:
-        pairs = sum(q * k - q * (q - 1) / 2 for q, k in zip(q_lens, k_lens, strict=True))
-        return list(k_lens), float(pairs)
+        return list(k_lens), float(sum(prefill_pairs(q, k - q) for q, k in zip(q_lens, k_lens, strict=True)))
     reads, pairs = [], 0.0
     for q, k in zip(q_lens, k_lens, strict=True):
         first = k - q  # position of the first query

@@ -43,8 +43,8 @@ MIN_ROWS = 4
 
 
 def fit_frames(folder: Path) -> dict[str, pd.DataFrame]:
-    """The ``ok`` rows of each fit family: GEMMs split by kernel (4-bit Marlin rows are
-    ``gemm_w4a16``), attention by phase and KV dtype (``*_fp8kv``); sliding-window attention rows
+    """The ``ok`` rows of each fit family: GEMMs split by kernel (4-bit weight-only rows,
+    Machete or Marlin, are ``gemm_w4a16``), attention by phase and KV dtype (``*_fp8kv``); sliding-window attention rows
     are a check of the windowed pricing, not fitted."""
     have = available_families(folder)
     out: dict[str, pd.DataFrame] = {}
@@ -69,8 +69,8 @@ def fit_frames(folder: Path) -> dict[str, pd.DataFrame]:
 
 
 def family_peak(family: str, cols: Any, device: DeviceSpec) -> Any:
-    """Peak FLOP/s per row: fp8 or bf16 tensor cores (Marlin and FA3 over an fp8 cache: bf16, as
-    the cost model prices them), fp32 vector units for memory ops."""
+    """Peak FLOP/s per row: fp8 or bf16 tensor cores (4-bit weight-only GEMMs and FA3 over an fp8
+    cache: bf16, as the cost model prices them), fp32 vector units for memory ops."""
     if family == "gemm":
         return np.where(np.asarray(cols["fp8"], dtype=float) > 0, device.flops_for("fp8"), device.flops_for("bf16"))
     return device.flops_for("fp32" if family == "memory" else "bf16")

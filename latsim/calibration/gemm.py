@@ -46,11 +46,16 @@ def _check_fp8(ctx: BenchContext) -> None:
 
 
 def _weights(ctx: BenchContext, k: int, n: int, dtype: str) -> list[Any]:
-    key = f"gemm:{k}x{n}:{dtype}"
+    return _rotated(ctx, f"gemm:{k}x{n}:{dtype}", k * n * DTYPE_BYTES[dtype], lambda: _make(ctx, n, k, dtype))
+
+
+def _rotated(ctx: BenchContext, key: str, nbytes: float, make: Any) -> list[Any]:
+    """``make()``'s weights of one (K, N, kernel), as many copies as the rotation over L2 needs for
+    ``nbytes`` each, kept in ``ctx.cache[key]`` while consecutive points share them (the previous
+    shape's are freed first)."""
     if key not in ctx.cache:
         ctx.clear()
-        sets = rotation_sets(k * n * DTYPE_BYTES[dtype], ctx.l2_bytes)
-        ctx.cache[key] = [_make(ctx, n, k, dtype) for _ in range(sets)]
+        ctx.cache[key] = [make() for _ in range(rotation_sets(nbytes, ctx.l2_bytes))]
     weights: list[Any] = ctx.cache[key]
     return weights
 
@@ -120,11 +125,12 @@ def _marlin(ctx: BenchContext, m: int, k: int, n: int) -> tuple[Any, str]:
     """vLLM's Marlin W4A16 GEMM of ``m`` rows over the rotation sets of one (K, N) (Skip without it)."""
     packs = _marlin_weights(ctx, k, n)
     from vllm import _custom_ops as ops
+    from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
     from vllm.scalar_type import scalar_types
 
     torch, sets = ctx.torch, len(packs)
     xs = [ctx.randn(m, k) for _ in range(sets)]
-    workspace = packs[0]["workspace"]
+    workspace = marlin_make_workspace_new(torch.device("cuda", torch.cuda.current_device()))
 
     def fn(i: int) -> Any:
         w = packs[i % sets]
@@ -137,26 +143,19 @@ def _marlin(ctx: BenchContext, m: int, k: int, n: int) -> tuple[Any, str]:
 
 
 def _marlin_weights(ctx: BenchContext, k: int, n: int) -> list[dict[str, Any]]:
-    """Marlin-packed 4-bit weights of one (K, N), as many copies as the rotation needs (cached)."""
-    key = f"gemm:{k}x{n}:int4"
-    if key in ctx.cache:
-        packs: list[dict[str, Any]] = ctx.cache[key]
-        return packs
+    """Marlin-packed 4-bit weights of one (K, N), per rotation set (Skip without Marlin)."""
     if not ctx.is_cuda:
         raise Skip("int4 needs vLLM's Marlin kernel on a CUDA GPU")
     try:
-        from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
         from vllm.model_executor.layers.quantization.utils.marlin_utils_test import marlin_quantize
         from vllm.scalar_type import scalar_types
     except Exception as exc:  # any import failure: no Marlin here
         raise Skip(f"int4 needs vLLM's Marlin kernel ({type(exc).__name__}: {exc})") from exc
-    ctx.clear()
-    workspace = marlin_make_workspace_new(ctx.torch.device("cuda", ctx.torch.cuda.current_device()))
-    packs = []
-    for _ in range(rotation_sets(k * n * DTYPE_BYTES["int4"], ctx.l2_bytes)):
+
+    def make() -> dict[str, Any]:
         _, q, s, g_idx, perm, _ = marlin_quantize(ctx.randn(k, n), scalar_types.uint4b8, INT4_GROUP, False)
-        packs.append({"q": q, "s": s, "g_idx": g_idx, "perm": perm, "workspace": workspace})
-    ctx.cache[key] = packs
+        return {"q": q, "s": s, "g_idx": g_idx, "perm": perm}
+    packs: list[dict[str, Any]] = _rotated(ctx, f"gemm:{k}x{n}:int4", k * n * DTYPE_BYTES["int4"], make)
     return packs
 
 
@@ -193,15 +192,12 @@ def _machete_weights(ctx: BenchContext, k: int, n: int) -> list[tuple[Any, Any]]
     from vllm import _custom_ops as ops
     from vllm.scalar_type import scalar_types
 
-    key = f"gemm:{k}x{n}:int4-machete"
-    if key not in ctx.cache:
-        ctx.clear()
-        torch, packs = ctx.torch, []
-        for _ in range(rotation_sets(k * n * DTYPE_BYTES["int4"], ctx.l2_bytes)):
-            q = torch.randint(0, 2**31 - 1, (k // 8, n), dtype=torch.int32, device=ctx.device)
-            packed = ops.machete_prepack_B(q.t().contiguous().t(), a_type=torch.bfloat16, b_type=scalar_types.uint4b8,
-                                           group_scales_type=torch.bfloat16)
-            packs.append((packed, ctx.randn(k // INT4_GROUP, n) * 0.01))
-        ctx.cache[key] = packs
-    cached: list[tuple[Any, Any]] = ctx.cache[key]
-    return cached
+    torch = ctx.torch
+
+    def make() -> tuple[Any, Any]:
+        q = torch.randint(0, 2**31 - 1, (k // 8, n), dtype=torch.int32, device=ctx.device)
+        packed = ops.machete_prepack_B(q.t().contiguous().t(), a_type=torch.bfloat16, b_type=scalar_types.uint4b8,
+                                       group_scales_type=torch.bfloat16)
+        return packed, ctx.randn(k // INT4_GROUP, n) * 0.01
+    packs: list[tuple[Any, Any]] = _rotated(ctx, f"gemm:{k}x{n}:int4-machete", k * n * DTYPE_BYTES["int4"], make)
+    return packs

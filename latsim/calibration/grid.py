@@ -67,8 +67,8 @@ class GridSpec:
     gemm_bf16: bool = True
     """Whether the strided shapes are measured in bf16 (every grid but the quantized-only ones)."""
     gemm_int4_stride: int = 0
-    """Shape ``i`` is also measured as a 4-bit weight-only GEMM (vLLM's Marlin kernel) when
-    ``i % gemm_int4_stride == 0`` (0: never)."""
+    """Shape ``i`` is also measured as a 4-bit weight-only GEMM (the W4A16 kernel vLLM picks on
+    the GPU: ``gemm.py``) when ``i % gemm_int4_stride == 0`` (0: never)."""
     attention_kv: tuple[str, ...] = ("bf16",)
     """KV-cache dtypes of the attention points; a point names its ``kv`` only when it is not bf16,
     so the ids of the bf16 points do not change."""
@@ -159,7 +159,7 @@ MSTEPS_HIGH = replace(
             2048, 2064, 2176, 2560, 3072),
     prefill_configs=0, decode_configs=0,
 )
-"""GEMMs of the 8B and 70B layers (bf16, fp8 and 4-bit Marlin) just past 512 rows, where a
+"""GEMMs of the 8B and 70B layers (bf16, fp8 and 4-bit) just past 512 rows, where a
 512-token prompt's step with a few decodes lands and vLLM's CUTLASS fp8 kernel changes tile
 configuration, and on to 3,072 rows: :data:`MSTEPS` stops at 1,024."""
 
@@ -292,16 +292,21 @@ def _gemm(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
 
 
 def _fp8_ok(s: dict[str, Any]) -> bool:
-    """fp8 GEMMs for linear layers other than lm_head (vLLM keeps it bf16), 16-aligned dims."""
-    lm_head_only = all(t.endswith("lm_head") for t in s["tags"])
-    return not lm_head_only and s["K"] % 16 == 0 and s["N"] % 16 == 0
+    """fp8 GEMMs for 16-aligned dims."""
+    return _quantizable(s, 16, 16)
 
 
 def _int4_ok(s: dict[str, Any]) -> bool:
-    """4-bit GEMMs for linear layers other than lm_head, on shapes Marlin takes: K a multiple of
-    the 128-row quantization group, N of its 64-column tile."""
+    """4-bit GEMMs on shapes Marlin takes: K a multiple of the 128-row quantization group, N of
+    its 64-column tile."""
+    return _quantizable(s, 128, 64)
+
+
+def _quantizable(s: dict[str, Any], k_multiple: int, n_multiple: int) -> bool:
+    """A quantized GEMM of shape ``s``: a linear layer other than lm_head (vLLM keeps it 16-bit)
+    whose K and N are multiples of the kernel's."""
     lm_head_only = all(t.endswith("lm_head") for t in s["tags"])
-    return not lm_head_only and s["K"] % 128 == 0 and s["N"] % 64 == 0
+    return not lm_head_only and s["K"] % k_multiple == 0 and s["N"] % n_multiple == 0
 
 
 def _attention(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
