@@ -58,9 +58,10 @@ class ShardSpec:
     act_bytes: float
     gemm_dtype: str
     act_quant: str = "none"
-    marlin: bool = False
-    """Whether the 4-bit linear layers run vLLM's Marlin kernel (GPTQ, AWQ, compressed-tensors
-    w4a16: the NVIDIA path of vLLM 0.25.1), not a dequantize-then-GEMM path (bitsandbytes)."""
+    w4a16: bool = False
+    """Whether the 4-bit linear layers run vLLM's mixed-precision W4A16 kernel (GPTQ, AWQ,
+    compressed-tensors w4a16: Machete on Hopper, Marlin elsewhere, in vLLM 0.25.1), not a
+    dequantize-then-GEMM path (bitsandbytes)."""
 
 
 def shard_model(model: ModelSpec, tp: int = 1, weight_dtype: str = "bf16",
@@ -82,21 +83,21 @@ def shard_model(model: ModelSpec, tp: int = 1, weight_dtype: str = "bf16",
         norms=model.norms_per_layer * model.num_layers + 1, qk_norm=model.qk_norm,
         weight_bytes=stored_weight_bytes(model, weight_dtype), kv_bytes=DTYPE_BYTES[kv_dtype],
         act_bytes=DTYPE_BYTES[ACT_DTYPE], gemm_dtype=GEMM_COMPUTE_DTYPE[weight_dtype],
-        act_quant=act_quant_of(model, weight_dtype), marlin=runs_marlin(model, weight_dtype),
+        act_quant=act_quant_of(model, weight_dtype), w4a16=runs_w4a16_kernel(model, weight_dtype),
     )
 
 
-MARLIN_METHODS = ("gptq", "awq", "compressed-tensors")
-"""Checkpoint methods whose 4-bit layers vLLM runs with Marlin (bitsandbytes has its own kernel)."""
+W4A16_METHODS = ("gptq", "awq", "compressed-tensors")
+"""Checkpoint methods whose 4-bit layers vLLM runs with its W4A16 kernels (bitsandbytes has its own)."""
 
 
-def runs_marlin(model: ModelSpec, weight_dtype: str) -> bool:
-    """4-bit weights from a Marlin method's checkpoint, or chosen by flag (``--weight-dtype int4``
+def runs_w4a16_kernel(model: ModelSpec, weight_dtype: str) -> bool:
+    """4-bit weights from such a method's checkpoint, or chosen by flag (``--weight-dtype int4``
     on a 16-bit checkpoint prices the common GPTQ/AWQ path)."""
     if weight_dtype != "int4":
         return False
     quant = model.quantization
-    return quant is None or quant.weight_dtype != "int4" or quant.method in MARLIN_METHODS
+    return quant is None or quant.weight_dtype != "int4" or quant.method in W4A16_METHODS
 
 
 def stored_weight_bytes(model: ModelSpec, weight_dtype: str) -> float:

@@ -15,7 +15,7 @@ from latsim.catalog import load_device, load_model
 from latsim.catalog.quant import QuantSpec
 from latsim.costmodel.profile.regressors import load_predictors
 from latsim.costmodel.profile.tables import read_shard, shard_path, write_shard
-from latsim.costmodel.shard import runs_marlin
+from latsim.costmodel.shard import runs_w4a16_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "latsim" / "data" / "calibration" / "h200"
@@ -64,7 +64,7 @@ def test_int4_layers_are_priced_from_the_kernel_vllm_runs() -> None:
     p, dev = load_predictors(H200), load_device("h200")
     m = np.array([8.0, 64.0, 256.0])
     wb = 0.5 + 2.0 / 128
-    w4 = p.gemm_s(m, 8192, 57344, dev, "bf16", wb, marlin=True)
+    w4 = p.gemm_s(m, 8192, 57344, dev, "bf16", wb, w4a16=True)
     bf16_curve = p.gemm_s(m, 8192, 57344, dev, "bf16", wb)
     measured = np.array([_measured(KERNELS / "h200-w4-steps" / "gemm.parquet", K=8192, N=57344, M=int(x))
                          for x in m])
@@ -88,7 +88,7 @@ def test_fp8_cache_decode_is_priced_from_its_own_rows() -> None:
 def test_profiles_without_the_variants_fall_back(fitted_profile: Path) -> None:
     p, dev = load_predictors(fitted_profile), load_device("h200")
     m = np.array([8.0, 512.0])
-    assert np.array_equal(p.gemm_s(m, 4096, 4096, dev, "bf16", 0.5, marlin=True),
+    assert np.array_equal(p.gemm_s(m, 4096, 4096, dev, "bf16", 0.5, w4a16=True),
                           p.gemm_s(m, 4096, 4096, dev, "bf16", 0.5))
     b, c = np.array([32.0]), np.array([2048.0])
     assert "attn_decode_fp8kv" not in p.boosters
@@ -104,6 +104,6 @@ def test_which_checkpoints_run_a_4bit_gemm_kernel(method: str, dtype: str, expec
     from dataclasses import replace
 
     model = replace(load_model("llama-3.1-8b"), quantization=QuantSpec(method, dtype, 0.53))
-    assert runs_marlin(model, dtype) is expected
-    assert runs_marlin(load_model("llama-3.1-8b"), "int4")  # --weight-dtype int4 on a 16-bit checkpoint
-    assert not runs_marlin(load_model("llama-3.1-8b"), "bf16")
+    assert runs_w4a16_kernel(model, dtype) is expected
+    assert runs_w4a16_kernel(load_model("llama-3.1-8b"), "int4")  # --weight-dtype int4 on a 16-bit checkpoint
+    assert not runs_w4a16_kernel(load_model("llama-3.1-8b"), "bf16")

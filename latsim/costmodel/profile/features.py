@@ -23,8 +23,8 @@ MEMORY_OPS = ("rmsnorm", "rotary", "silu_mul", "copy")
 FAMILIES = ("gemm", "attn_prefill", "attn_decode", "memory", "moe", "gemm_w4a16", "attn_prefill_fp8kv",
             "attn_decode_fp8kv")
 VARIANTS = {"gemm_w4a16": "gemm", "attn_prefill_fp8kv": "attn_prefill", "attn_decode_fp8kv": "attn_decode"}
-"""Optional families measured on another kernel of the same operator (4-bit Marlin GEMMs, FA3
-over an fp8 KV cache): the features of the base family, a model of their own."""
+"""Optional families measured on another kernel of the same operator (4-bit weight-only GEMMs,
+FA3 over an fp8 KV cache): the features of the base family, a model of their own."""
 COLUMNS: dict[str, tuple[str, ...]] = {
     "gemm": ("m_bucket", "log2_m", "log2_k", "log2_n", "fp8", "log2_intensity", "log2_roofline"),
     "attn_prefill": ("log2_q", "log2_ctx", "hq", "hkv", "d", "log2_roofline"),

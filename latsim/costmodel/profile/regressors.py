@@ -44,9 +44,9 @@ class Predictors:
         return np.exp(np.asarray(self.boosters[family].inplace_predict(x), dtype=np.float64))
 
     def gemm_s(self, m: Arr, k: float, n: float, device: DeviceSpec, compute_dtype: str, wbytes: float,
-               marlin: bool = False) -> Arr:
+               w4a16: bool = False) -> Arr:
         """One ``m x k`` by ``k x n`` GEMM; W8A8 dtypes (fp8, int8) use the fp8 curve, 4-bit
-        weight-only layers (``marlin``) the Marlin kernel's rows when the profile has them (else
+        weight-only layers (``w4a16``) the rows of vLLM's W4A16 kernel when the profile has them (else
         the bf16 curve on the 4-bit roofline)."""
         fp8 = 1.0 if compute_dtype in ("fp8", "int8") else 0.0
         abytes = 1.0 if fp8 else 2.0
@@ -55,7 +55,7 @@ class Predictors:
         roof = features.roofline_s(flops, nbytes, device.flops_for(compute_dtype), device.hbm_bandwidth)
         cols = {"M": m, "K": np.full_like(m, k), "N": np.full_like(m, n), "fp8": np.full_like(m, fp8),
                 "flops": flops, "bytes": nbytes}
-        family = "gemm_w4a16" if marlin and "gemm_w4a16" in self.boosters else "gemm"
+        family = "gemm_w4a16" if w4a16 and "gemm_w4a16" in self.boosters else "gemm"
         return roof * self.ratio(family, cols, roof)
 
     def attn_prefill_ratio(self, q: Arr, ctx: Arr, heads: tuple[int, int, int], device: DeviceSpec,

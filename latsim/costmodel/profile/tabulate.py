@@ -83,19 +83,19 @@ def _act_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
     return out
 
 
-def _gemms(s: ShardSpec) -> list[tuple[int, int, int, str, float]]:
-    """(K, N, layers, compute dtype, weight bytes) of every T-row GEMM of one GPU."""
+def _gemms(s: ShardSpec) -> list[tuple[int, int, int, str, float, bool]]:
+    """(K, N, layers, compute dtype, weight bytes, runs the W4A16 kernel) of every T-row GEMM of
+    one GPU: the linear layers in the checkpoint's quantization, the MoE router in bf16."""
     up = 2 if s.gated else 1
-    out = [(s.hidden, s.q_width + 2 * s.kv_width, s.layers, s.gemm_dtype, s.weight_bytes),
-           (s.q_width, s.hidden, s.layers, s.gemm_dtype, s.weight_bytes)]
+    quant = (s.gemm_dtype, s.weight_bytes, s.w4a16)
+    out = [(s.hidden, s.q_width + 2 * s.kv_width, s.layers, *quant), (s.q_width, s.hidden, s.layers, *quant)]
     if s.mlp_width and s.dense_layers:
-        out += [(s.hidden, up * s.mlp_width, s.dense_layers, s.gemm_dtype, s.weight_bytes),
-                (s.mlp_width, s.hidden, s.dense_layers, s.gemm_dtype, s.weight_bytes)]
+        out += [(s.hidden, up * s.mlp_width, s.dense_layers, *quant), (s.mlp_width, s.hidden, s.dense_layers, *quant)]
     if s.experts and s.moe_layers:
-        out.append((s.hidden, s.experts, s.moe_layers, "bf16", 2.0))
+        out.append((s.hidden, s.experts, s.moe_layers, "bf16", 2.0, False))
     if s.shared_width and s.moe_layers:
-        out += [(s.hidden, up * s.shared_width, s.moe_layers, s.gemm_dtype, s.weight_bytes),
-                (s.shared_width, s.hidden, s.moe_layers, s.gemm_dtype, s.weight_bytes)]
+        out += [(s.hidden, up * s.shared_width, s.moe_layers, *quant),
+                (s.shared_width, s.hidden, s.moe_layers, *quant)]
     return out
 
 
@@ -103,8 +103,8 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[
     """Seconds of every T-dependent operator at ``t`` tokens, and notes on fallbacks."""
     notes: list[str] = []
     total = np.zeros_like(t)
-    for k, n, layers, dtype, wb in _gemms(s):
-        total = total + layers * p.gemm_s(t, k, n, device, dtype, wb, marlin=s.marlin and wb < 1.0)
+    for k, n, layers, dtype, wb, w4a16 in _gemms(s):
+        total = total + layers * p.gemm_s(t, k, n, device, dtype, wb, w4a16=w4a16)
     if s.experts and s.moe_layers:
         shape = (s.experts, s.top_k, s.hidden, s.expert_width)
         total = total + s.moe_layers * p.moe_s(t, shape, device, s.weight_bytes)
