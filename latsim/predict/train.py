@@ -51,11 +51,16 @@ def read_all(folders: Sequence[str]) -> pd.DataFrame:
     """The usable rows of every recipe output folder, sorted by id; ValueError when two folders
     hold the same id (two samples of one seed)."""
     frame = pd.concat([usable(read_results(f)) for f in folders]).sort_values("id").reset_index(drop=True)
+    check_distinct_ids(frame, folders)
+    return frame
+
+
+def check_distinct_ids(frame: pd.DataFrame, folders: Sequence[str]) -> None:
+    """ValueError when two rows of ``frame`` (read from ``folders``) share a point id."""
     dup = frame["id"][frame["id"].duplicated()]
     if len(dup):
         raise ValueError(f"point id {int(dup.iloc[0])} appears in more than one of {', '.join(folders)}: "
                          "each folder must simulate another design sample (--seed)")
-    return frame
 
 
 def design_text(frame: pd.DataFrame) -> str:
@@ -135,13 +140,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--train-only", nargs="+", default=[], metavar="FOLDER",
                         help="recipe output folders whose rows only train (never held out nor scored)")
     args = parser.parse_args(argv)
-    read_all([*args.results, *args.train_only])  # every id once over all folders
     frame = read_all(args.results)
+    extra_frame = read_all(args.train_only) if args.train_only else None
+    if extra_frame is not None:
+        check_distinct_ids(pd.concat([frame, extra_frame]), [*args.results, *args.train_only])
     static = static_features(frame)
-    extra = None
-    if args.train_only:
-        extra_frame = read_all(args.train_only)
-        extra = (extra_frame, static_features(extra_frame))
+    extra = (extra_frame, static_features(extra_frame)) if extra_frame is not None else None
     fit_frame = pd.concat([frame, extra[0]], ignore_index=True) if extra else frame
     fit_static = pd.concat([static, extra[1]], ignore_index=True) if extra else static
     surrogate = fit_surrogate(fit_frame, features_at(fit_static, fit_frame["qps"].to_numpy(dtype=float)), **TREES)

@@ -106,6 +106,10 @@ def deployment_for(meta: dict, device: str) -> Deployment:
                       kv_dtype=engine_kv_dtype(ec.get("kv_cache_dtype")))
 
 
+SIXTEEN_BIT_CACHE = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+"""vLLM's 16-bit ``cache_dtype`` names and latsim's KV dtypes for them."""
+
+
 def engine_kv_dtype(cache_dtype: str | None) -> str:
     """latsim's KV dtype for vLLM's ``cache_dtype``: ``auto`` (or unrecorded) follows the model,
     every fp8 variant (``fp8``, ``fp8_e4m3``, ``fp8_e5m2``) is ``fp8``."""
@@ -113,8 +117,8 @@ def engine_kv_dtype(cache_dtype: str | None) -> str:
         return AUTO
     if str(cache_dtype).startswith("fp8"):
         return "fp8"
-    if cache_dtype in ("bfloat16", "float16", "half"):
-        return "bf16" if cache_dtype == "bfloat16" else "fp16"
+    if cache_dtype in SIXTEEN_BIT_CACHE:
+        return SIXTEEN_BIT_CACHE[cache_dtype]
     raise ValueError(f"the run's kv_cache_dtype={cache_dtype!r} is not one latsim models; "
                      "accepted: auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2")
 
