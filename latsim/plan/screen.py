@@ -5,7 +5,7 @@ The surrogate (:func:`latsim.predict.load_surrogate`) answers each candidate in 
 millisecond (its cost models are built once per model, GPU and TP).  A candidate is dropped
 without simulation when the surrogate, inside its training domain, predicts it unstable or
 predicts a targeted statistic above its limit by more than
-:data:`MARGIN` (the surrogate's held-out P99 error is 8-14 % at the median but 33-67 % at its
+:data:`MARGIN` (the surrogate's held-out P99 error is 7-12 % at the median but 30-60 % at its
 90th percentile, near capacity; ``latsim/data/surrogate/CARD.md``: a narrower margin would drop
 deployments that meet the SLO).  Candidates outside the domain, and targets the surrogate does not
 predict (ITL, queueing, means, P95), are left to the simulator, which confirms every candidate
