@@ -9,6 +9,7 @@
 #   bash scripts/device_fidelity.sh wide         # attention of 48-96 query heads per GPU (grid "wide")
 #   bash scripts/device_fidelity.sh grids G...   # the named grids one after another, gemm and attention
 #                                                # (e.g. paged-prefill msteps-high marlin fp8-kv window)
+#   bash scripts/device_fidelity.sh probe        # a long prefill chunk: alone, beside decodes, sustained
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh trace NAME ARGS...  # scripts/device_trace.py ARGS into $OUT/NAME.tar.gz
 #
@@ -59,6 +60,12 @@ grids() {
   for g in "$@"; do
     python3 -m latsim.calibration.run_device --device h200 --out "$OUT/$g" --only "$g" --families gemm,attention
   done
+}
+
+probe() {
+  unpack || return 1
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,power.limit --format=csv
+  python3 scripts/device_prefill_probe.py --out "$OUT" "$@"
 }
 
 live() {
