@@ -10,6 +10,7 @@
 #   bash scripts/device_fidelity.sh grids G...   # the named grids one after another, gemm and attention
 #                                                # (e.g. paged-prefill msteps-high marlin fp8-kv window)
 #   bash scripts/device_fidelity.sh probe        # a long prefill chunk: alone, beside decodes, sustained
+#   bash scripts/device_fidelity.sh power        # kernels at the power cap: fresh against sustained, duty cycles
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh trace NAME ARGS...  # scripts/device_trace.py ARGS into $OUT/NAME.tar.gz
 #
@@ -66,6 +67,11 @@ probe() {
   unpack || return 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,power.limit --format=csv
   python3 scripts/device_prefill_probe.py --out "$OUT" "$@"
+}
+
+power() {
+  unpack || return 1
+  python3 scripts/device_power_probe.py --out "$OUT" "$@"
 }
 
 live() {

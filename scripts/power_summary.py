@@ -1,0 +1,91 @@
+"""Tables of the H200's power-cap measurements (``data/power/h200/``), as the README quotes them.
+
+    python scripts/power_summary.py data/power/h200
+
+1. ``prefill_probe.json`` (``scripts/device_prefill_probe.py``): a long FA3 prefill chunk alone,
+   beside 32/64 decode rows in one call, and sustained (alone, and between its step's GEMMs);
+2. ``power_probe.json.gz`` (``scripts/device_power_probe.py``): per kernel, the per-call time over
+   the seconds of a sustained run, and duty cycles;
+3. ``smi-<run>.csv`` beside ``<meta dir>``: the SM clock and power over a live run's levels
+   (``nvidia-smi`` every 100 ms), cut by each level's start and duration from its ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+BINS = (0.3, 0.5, 1.0, 2.0, 3.1)
+
+
+def prefill_table(probe: dict[str, Any]) -> pd.DataFrame:
+    """Short-burst medians (ms) per case and context, then the sustained ones."""
+    rows = [{"case": r["case"], "ctx": r.get("ctx", "-"), "decodes": r.get("decodes", "-"),
+             "median_ms": round(r["median_ms"], 3)} for r in probe["short"]]
+    for r in probe["sustained"]:
+        vals = r.get("ms") or r.get("attention_ms_per_step")
+        per_call = np.asarray(vals) / (32 if "attention_ms_per_step" in r else 1)
+        rows.append({"case": r["case"], "ctx": r.get("ctx", "-"), "decodes": 0,
+                     "median_ms": round(float(np.median(per_call)), 3),
+                     "first_ms": round(float(per_call[0]), 3)})
+    return pd.DataFrame(rows)
+
+
+def power_table(probe: dict[str, Any]) -> pd.DataFrame:
+    """Per kernel: median per-call ms in windows of the run's seconds, and the SM clock's median."""
+    rows = []
+    for r in probe["rows"]:
+        calls = np.asarray(r["calls"])
+        start, ms = calls[:, 0], calls[:, 1]
+        duty = f" {r['on_ms']}/{r['off_ms']} ms" if "on_ms" in r else ""
+        label = r.get("case") or f"{r['dtype']} {r.get('K', 4096)}x{r.get('N', 28672)} M={r['M']}{duty}"
+        row: dict[str, Any] = {"kernel": r["kernel"], "case": label}
+        for lo, hi in itertools.pairwise(BINS):
+            sel = (start >= lo) & (start < hi)
+            row[f"{lo}-{hi} s"] = round(float(np.median(ms[sel])), 3) if sel.any() else None
+        sm = [int(x.split(", ")[1]) for x in r["clocks"] if x.split(", ")[1].strip().isdigit()]
+        row["sm_mhz_median"] = int(np.median(sm))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def live_clocks(smi_csv: Path, run_dir: Path) -> pd.DataFrame:
+    """SM clock and power per level of one live run."""
+    smi = pd.read_csv(smi_csv, header=None, names=["ts", "sm", "watts", "temp", "util"], skipinitialspace=True)
+    smi["t"] = pd.to_datetime(smi["ts"], format="%Y/%m/%d %H:%M:%S.%f").dt.tz_localize("UTC")
+    rows = []
+    for level in sorted(p.name for p in run_dir.iterdir() if (p / "meta.json").exists()):
+        meta = json.loads((run_dir / level / "meta.json").read_text())
+        t0 = pd.Timestamp(meta["start_time"])
+        s = smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=meta["duration_s"]))]
+        rows.append({"level": level, "samples": len(s), "sm_mhz_p10": int(s["sm"].quantile(0.1)),
+                     "sm_mhz_median": int(s["sm"].median()),
+                     "share_below_1800": round(float((s["sm"] < 1800).mean()), 2),
+                     "watts_mean": int(s["watts"].mean()), "gpu_util_mean": int(s["util"].mean())})
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--run", type=Path, default=Path("data/validation/h200-repeat/mistral-7b-long"),
+                    help="the live run the folder's smi-*.csv was recorded beside")
+    args = ap.parse_args()
+    pd.set_option("display.width", 200)
+    print(prefill_table(json.loads((args.folder / "prefill_probe.json").read_text())).to_string(index=False))
+    with gzip.open(args.folder / "power_probe.json.gz", "rt") as f:
+        print(power_table(json.load(f)).to_string(index=False))
+    for smi in sorted(args.folder.glob("smi-*.csv")):
+        print(smi.name)
+        print(live_clocks(smi, args.run).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
