@@ -21,7 +21,7 @@ roofline (efficiency curves carried over); lower confidence, and ``describe()`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,13 @@ from latsim.costmodel.ops import (
     op_forms,
     step_features,
 )
+from latsim.costmodel.power import PowerCap, load_power_cap
 from latsim.costmodel.profile.interp import bilinear, bilinear_vec, interp1
 from latsim.costmodel.profile.tabulate import StepTables
 from latsim.costmodel.shard import ShardSpec, shard_model
 
 KINDS = ("calibrated", "transferred")
+SIXTEEN_BIT = ("bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class CalibratedCostModel:
         self.tp, self.weight_dtype, self.kv_dtype = shard.tp, weight_dtype, kv_dtype
         self.source = source or {}
         self.label = kind
+        self.power: PowerCap | None = None
+        """The GPU's power-cap terms (:mod:`latsim.costmodel.power`), set by :func:`load_calibrated`."""
         self._launches = _launch_terms(shard)
         self._full = float(shard.layers - shard.window_layers)
         self._win = float(shard.window_layers)
@@ -159,6 +163,17 @@ class CalibratedCostModel:
         total = total + (self._decode(d, float(x[DKV]), float(x[WDKV])) if d > 0 else 0.0)
         return float(total + self._fixed_s(x))
 
+    def heavy_s(self, batch: BatchShape) -> float:
+        """Seconds of the step's price that the power data covers: its GEMMs and per-token
+        operators when the weights are 16-bit, and its prefill attention when the KV cache is."""
+        x = self._features(batch)
+        heavy = 0.0
+        if self.weight_dtype in SIXTEEN_BIT and x[T] > 0:
+            heavy = interp1(self.tables.t_knots, self.tables.per_token, float(x[T]))
+        if self.kv_dtype in SIXTEEN_BIT:
+            heavy += self._prefill(batch, x)
+        return heavy
+
     def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
         """Times of ``steps`` decode-only steps (context ``kv_tokens + i * seqs``); element ``i``
         equals ``step_time`` of that step bitwise (same operations, see the module note)."""
@@ -182,6 +197,7 @@ class CalibratedCostModel:
             "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype, "source": self.source,
             "fixed_costs": {k: getattr(self.fixed, k) for k in ("graph_base_s", "per_kernel_s", "step_s", "per_seq_s")},
             "fixed_cost_sources": dict(self.fixed.source), "notes": list(self.tables.notes),
+            "power_cap": None if self.power is None else asdict(self.power),
             "resolution": "tables: T/S every integer to 512 then 2 % steps; decode 8 % steps in D and "
                           "context; prefill 10 % steps (latsim.costmodel.profile.tabulate)",
         }
@@ -232,4 +248,5 @@ def load_calibrated(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dt
     cm = CalibratedCostModel(model, device, shard, build_tables(pred, shard, device, model.head_dim), fixed,
                              weight_dtype=weight_dtype, kv_dtype=kv_dtype, kind=kind, source=describe_source(pred))
     cm.label = label(kind, pred.profile)
+    cm.power = load_power_cap(Path(profile)) if kind == "calibrated" else None
     return cm

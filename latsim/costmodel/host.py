@@ -109,6 +109,8 @@ class HostOverlapCostModel:
         self.label = getattr(inner, "label", inner.kind)
         self.frontend_s = host.frontend_s
         self._inner_step = inner.step_time  # step_time is hot: bind once
+        self.power = getattr(inner, "power", None)
+        """The GPU's power-cap terms, when the inner model has them (:mod:`latsim.costmodel.power`)."""
         self._scale, self._step_s, self._seq_s = host.gpu_scale, host.step_s, host.seq_s
         self._eager_s = host.eager_layer_s * layers + host.eager_moe_layer_s * moe_layers
         launch = host.launch_layer_s * layers + host.launch_moe_layer_s * moe_layers if asynchronous else 0.0
@@ -142,6 +144,11 @@ class HostOverlapCostModel:
         if self.asynchronous:
             return gpu if gpu > host else host
         return gpu + host
+
+    def heavy_s(self, batch: BatchShape) -> float:
+        """The inner model's heavy seconds (:mod:`latsim.costmodel.power`) at this GPU-time scale."""
+        heavy: float = self.inner.heavy_s(batch) * self._scale  # type: ignore[attr-defined]
+        return heavy
 
     def parts(self, batch: BatchShape) -> tuple[float, float]:
         """``(GPU seconds, host seconds)`` of one step: :meth:`step_time` is their ``max`` when

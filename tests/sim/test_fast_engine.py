@@ -158,3 +158,32 @@ def test_cohort_finishes_members_in_order_and_writes_back_their_values():
     cohort.dissolve()
     assert (c.num_computed, c.generated, c.num_blocks, c.last_token) == (48, 2, 3, 1.5)
     assert cohort.size == 0 and cohort.context() == 0
+
+
+class PoweredLinearCost(LinearCost):
+    """LinearCost with a power cap on its token-proportional part (steps of >= 64 tokens)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from latsim.costmodel.power import PowerCap
+
+        self.power = PowerCap(0.8, 1.3, budget_s=0.02, refill=0.5, heavy_tokens=64)
+
+    def heavy_s(self, b) -> float:
+        return self.per_token * b.num_tokens
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), engine=engines, replicas=st.integers(1, 2))
+def test_fast_engine_equals_reference_under_a_power_cap(seed, qps, engine, replicas):
+    trace = random_trace(seed, 60, qps, 700, 120, 2)
+    dep = replace(small_deployment(**vllm_accepts(engine)), replicas=replicas)
+    assert_identical(*fast_and_reference(dep, trace, PoweredLinearCost()))
+
+
+def test_the_power_cap_changes_what_heavy_steps_cost():
+    trace = random_trace(3, 80, 60.0, 700, 60, 0)
+    dep = small_deployment(max_num_batched_tokens=1024)
+    plain = simulate(dep, trace, cost_model=LinearCost())
+    powered = simulate(dep, trace, cost_model=PoweredLinearCost())
+    assert not plain.records["first_token_s"].equals(powered.records["first_token_s"])

@@ -21,6 +21,9 @@ each launch is the priced one times ``exp(launch_sigma x Z)``, Z standard normal
 clock's own generator (seeded per replica, drawn in step order: the fast and the reference
 engine draw the same numbers).  Without a launch term (a plain cost model,
 synchronous scheduling, graph steps) nothing changes.
+
+Before any of this, the replica's :class:`~latsim.costmodel.power.PowerClock` moves the priced
+end of a heavy step by the GPU's clock under its power cap (a no-op without power data).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from latsim.costmodel.batch import BatchShape, CostModel
+from latsim.costmodel.power import PowerClock
 from latsim.sim.request import Req
 
 
@@ -43,14 +47,18 @@ class LaunchClock:
     """Step end -> when that step's outputs went out (only steps whose outputs were held)."""
     last_end: float = -math.inf
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    power: PowerClock = field(default_factory=PowerClock)
+    """The GPU's power state (the same replica's GPU)."""
 
     def seed(self, seed: int, replica: int) -> None:
         """Restart the launch-time generator for ``replica`` of a simulation seeded ``seed``."""
         self.rng = np.random.default_rng([seed, replica, 0x1A])
+        self.power = PowerClock()
 
     def step(self, cost: CostModel, shape: BatchShape, decided: float, start: float, end: float) -> tuple[float, float]:
         """``(end, next decision)`` of a step decided at ``decided`` and run from ``start`` to
         ``end`` as the cost model priced it; records a held release of the step before."""
+        end = self.power.end(cost, shape, start, end)
         launch = cost.launch_s(shape)
         if launch <= 0.0:
             self.last_end = end

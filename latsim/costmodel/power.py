@@ -1,0 +1,118 @@
+"""The GPU's clock under its power cap: compute-bound steps run slower the busier the GPU has been.
+
+A GPU draws more power for dense math than its cap allows at full clock; its power management
+then lowers the SM clock within tens of milliseconds, and raises it again when the work stops.
+On the H200 (``data/power/README.md``) a long prefill, step after step, runs at 1,450-1,650 MHz
+instead of 1,980, and its GEMMs and prefill attention take 18-25 % longer than at full clock;
+a calibration row, timed in a short burst, lies between the two.  Memory-bound work (decode)
+hardly moves.
+
+The model, per replica (:class:`PowerClock`, owned by the engine's launch clock so that the
+fast and the reference engine apply it at the same steps):
+
+- a step is *heavy* when it runs prefill work and at least :attr:`PowerCap.heavy_tokens` tokens;
+  its heavy seconds are the cost model's price of the kernels the power data covers
+  (:meth:`~latsim.costmodel.calibrated.CalibratedCostModel.heavy_s`: bf16 GEMMs and bf16
+  prefill attention), every other step is light;
+- the GPU holds a *budget* of heavy seconds it may run at full clock, at most ``budget_s``: heavy
+  work spends it, light work and idle time refill it at ``refill`` seconds per second (refilled
+  lazily at the next heavy step, so decode runs need no work).  Within a heavy step its light
+  share refills as the heavy share spends; once the budget is gone the rest of the step's heavy
+  work runs at the cap;
+- heavy seconds at full clock cost ``full_clock_ratio`` x the profile's price, at the cap
+  ``capped_ratio`` x.
+
+On the H200 the clock held for 30-50 ms of back-to-back GEMMs from idle, recovered fully in a
+200 ms pause, half in 100 ms and little in 50 ms (duty cycles of ``data/power/``): a budget of
+tens of milliseconds and a refill of about half the idle time.
+
+Every number comes from ``power.json`` beside the GPU's profile, written by
+``scripts/fit_power.py`` from the measurements in ``data/power/``; a profile without it gets no
+power model (no change from the calibrated price).  A step that is host-bound is treated as if
+GPU-bound (heavy steps are long GPU steps; the host's few milliseconds do not set them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+POWER_FILE = "power.json"
+FIELDS = ("full_clock_ratio", "capped_ratio", "budget_s", "refill", "heavy_tokens")
+
+
+@dataclass(frozen=True)
+class PowerCap:
+    """The fitted power-cap terms of one GPU (see the module note); ``source``: the file."""
+
+    full_clock_ratio: float
+    capped_ratio: float
+    budget_s: float
+    refill: float
+    heavy_tokens: int
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        checks = {"full_clock_ratio": 0.5 <= self.full_clock_ratio <= 2.0,
+                  "capped_ratio": 0.5 <= self.capped_ratio <= 2.0,
+                  "budget_s": 0.0 <= self.budget_s < 10.0, "refill": 0.0 < self.refill < 100.0,
+                  "heavy_tokens": self.heavy_tokens >= 1}
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            values = ", ".join(f"{n}={getattr(self, n)!r}" for n in bad)
+            raise ValueError(f"power cap {self.source or '(argument)'}: {values} out of range (ratios "
+                             "0.5-2, budget_s in [0, 10), refill in (0, 100), heavy_tokens >= 1)")
+
+
+def load_power_cap(folder: Path) -> PowerCap | None:
+    """``folder/power.json`` as a :class:`PowerCap`, None when the profile has none; ValueError
+    naming the file when it is unreadable or lacks a field."""
+    path = Path(folder) / POWER_FILE
+    if not path.is_file():
+        return None
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        values = {name: data[name] for name in FIELDS}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a power-cap file ({exc!r}); rebuild it with scripts/fit_power.py") from exc
+    return PowerCap(float(values["full_clock_ratio"]), float(values["capped_ratio"]), float(values["budget_s"]),
+                    float(values["refill"]), int(values["heavy_tokens"]), str(path))
+
+
+class PowerClock:
+    """One replica's power state: the full-clock budget left at the end of the last heavy step,
+    and that end (``-inf``: none yet, the budget is full)."""
+
+    __slots__ = ("budget", "last_end")
+
+    def __init__(self) -> None:
+        self.budget = 0.0
+        self.last_end = -math.inf
+
+    def end(self, cost: Any, shape: Any, start: float, end: float) -> float:
+        """The end of a step priced ``start`` to ``end`` once the GPU's clock is applied (``end``
+        itself for a light step, or a cost model without power data)."""
+        cap: PowerCap | None = getattr(cost, "power", None)
+        if cap is None or shape.prefill_tokens <= 0 or shape.num_tokens < cap.heavy_tokens:
+            return end
+        heavy = cost.heavy_s(shape)
+        dur = end - start
+        if heavy <= 0.0 or dur <= 0.0:
+            return end
+        heavy = heavy if heavy < dur else dur
+        budget = cap.budget_s
+        if self.last_end > -math.inf:
+            budget = self.budget + cap.refill * (start - self.last_end)
+            budget = budget if budget < cap.budget_s else cap.budget_s
+        spend = heavy - cap.refill * (dur - heavy)  # the step's net use if it all ran at full clock
+        if spend <= budget:
+            full, left = heavy, budget - spend
+            left = left if left < cap.budget_s else cap.budget_s
+        else:
+            full, left = heavy * budget / spend, 0.0
+        end = start + dur + full * (cap.full_clock_ratio - 1.0) + (heavy - full) * (cap.capped_ratio - 1.0)
+        self.budget, self.last_end = left, end
+        return end

@@ -1,0 +1,183 @@
+"""Fit the H200's power-cap terms from ``data/power/h200`` and write them beside its profile.
+
+    python scripts/fit_power.py data/power/h200 --profile latsim/data/calibration/h200 [--write]
+
+What is fitted (the model: :mod:`latsim.costmodel.power`):
+
+- ``full_clock_ratio`` and ``capped_ratio``: a compute-bound kernel's time at full clock and at the
+  power cap, each over the profile's row for the same call.  Pairs: the 8B's gate_up GEMM of
+  8,160 rows and its 8,160-token FA3 chunks at contexts 0 and 16,320 (``prefill_probe.json``;
+  full clock: the calls in the first 30 ms of a sustained run after warm-up, capped: the median
+  of the sustained run, for the attention the chunk between its step's GEMMs), and the chunk at
+  context 8,160 (``power_probe.json.gz``, capped).  The profile rows are read at the probe's
+  shapes (GEMM rows interpolated linearly in M; attention rows at 8,192 queries scaled by
+  query-key pairs).  The medians are kept.
+- ``budget_s`` and ``refill``: the full-clock budget of heavy work and its refill per idle
+  second.  Fitted by least squares on every call of the 8,160-row bf16 GEMM's runs in
+  ``power_probe.json.gz`` (sustained from idle, and on/off duty cycles of 50/200, 100/100 and
+  200/50 ms): each call's measured capped share is ``(ms - full) / (capped - full)``, full the
+  first calls' time, capped the sustained run's median over 0.5-1.0 s (later the chip's warming
+  slows it further, which the model leaves out); the model spends the budget call by call and
+  refills it in the gaps.
+
+Without ``--write`` it prints the fit; with it, writes ``<profile>/power.json`` (atomically)
+with the values, the pairs, the fit's residual and the sources' sha256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from latsim.atomic import atomic_write_text
+
+CHUNK, GATE_UP = 8160, (4096, 28672)
+BUDGETS_MS = tuple(range(5, 105, 5))
+REFILLS = tuple(np.round(np.arange(0.05, 1.55, 0.05), 2))
+
+
+def pairs(q: int, ctx: int) -> float:
+    return q * ctx + q * (q + 1) / 2
+
+
+def profile_gemm_ms(gemm: pd.DataFrame, m: int) -> float:
+    rows = gemm[(gemm["dtype"] == "bf16") & (gemm["K"] == GATE_UP[0]) & (gemm["N"] == GATE_UP[1])
+                & (gemm["status"] == "ok")].sort_values("M")
+    return float(np.interp(m, rows["M"], rows["median_s"])) * 1e3
+
+
+def profile_prefill_ms(attn: pd.DataFrame, ctx: int) -> float:
+    rows = attn[(attn["phase"] == "prefill") & (attn["hq"] == 32) & (attn["hkv"] == 8) & (attn["d"] == 128)
+                & (attn["impl"] == "vllm-fa3-paged") & (attn["q"] == 8192) & (attn["status"] == "ok")]
+    ref = 2 * ctx  # the probe's context is 8,160 x k; the grid's 8,192 x k
+    row = rows.iloc[(rows["ctx"] - ref * 8192 / (2 * CHUNK)).abs().argmin()]
+    return float(row["median_s"]) * 1e3 * pairs(CHUNK, ctx) / pairs(8192, int(row["ctx"]))
+
+
+def _first_ms(ms: list[float], window_ms: float = 30.0) -> float:
+    """Median of the calls that start within ``window_ms`` of the run, the very first one left out."""
+    t = np.cumsum([0.0, *ms[:-1]])
+    sel = [m for m, s in zip(ms[1:], t[1:], strict=True) if s < window_ms]
+    return float(np.median(sel))
+
+
+def ratio_pairs(prefill: dict[str, Any], power: dict[str, Any], gemm: pd.DataFrame,
+                attn: pd.DataFrame) -> list[dict[str, Any]]:
+    """(kernel, profile ms, full-clock ms, capped ms) for every measured pair."""
+    out = []
+    sus = {(r["case"], r.get("ctx")): r for r in prefill["sustained"]}
+    g = sus[("gate_up-sustained", None)]["ms"]
+    out.append({"kernel": f"bf16 GEMM {GATE_UP[0]}x{GATE_UP[1]} M={CHUNK}", "profile_ms": profile_gemm_ms(gemm, CHUNK),
+                "full_ms": _first_ms(g), "capped_ms": float(np.median(g))})
+    for ctx in (0, 16320):
+        alone = sus[("attention-sustained", ctx)]["ms"]
+        in_step = np.asarray(sus[("sustained-step", ctx)]["attention_ms_per_step"]) / 32
+        out.append({"kernel": f"FA3 prefill {CHUNK} at context {ctx}", "profile_ms": profile_prefill_ms(attn, ctx),
+                    "full_ms": _first_ms(alone), "capped_ms": float(np.median(in_step))})
+    row = next(r for r in power["rows"] if r.get("case") == "prefill ctx=8160")
+    ms = [c[1] for c in row["calls"]]
+    out.append({"kernel": f"FA3 prefill {CHUNK} at context 8160", "profile_ms": profile_prefill_ms(attn, 8160),
+                "full_ms": None, "capped_ms": float(np.median(ms[len(ms) // 2:]))})
+    return out
+
+
+def duty_series(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) seconds of every call of one run, calls of a group laid end to end."""
+    starts, ends, prev_group, t = [], [], None, 0.0
+    for group_start, ms in row["calls"]:
+        if group_start != prev_group:
+            t, prev_group = max(group_start, t), group_start
+        starts.append(t)
+        t += ms / 1e3
+        ends.append(t)
+    return np.asarray(starts), np.asarray(ends)
+
+
+def predicted_share(starts: np.ndarray, ends: np.ndarray, full_s: float, budget_s: float, refill: float) -> np.ndarray:
+    """The model's capped share of each call (heavy during calls, refilling between them); a call's
+    work is ``full_s`` seconds at full clock."""
+    budget, last, out = budget_s, None, np.empty(len(starts))
+    for i, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        if last is not None:
+            budget = min(budget_s, budget + refill * max(0.0, s - last))
+        out[i] = 0.0 if budget >= full_s else 1.0 - budget / full_s
+        budget = max(0.0, budget - full_s)
+        last = e
+    return out
+
+
+def fit_dynamics(power: dict[str, Any], full_ms: float) -> dict[str, Any]:
+    """Least squares of (budget_s, refill) over the 8,160-row GEMM's runs."""
+    runs = [r for r in power["rows"] if r.get("dtype") == "bf16" and r.get("M") == CHUNK]
+    sustained = np.asarray(runs[0]["calls"])
+    window = (sustained[:, 0] >= 0.5) & (sustained[:, 0] < 1.0)
+    capped_ms = float(np.median(sustained[window, 1]))
+    series = []
+    for r in runs:
+        starts, ends = duty_series(r)
+        measured = np.clip((np.asarray([c[1] for c in r["calls"]]) - full_ms) / (capped_ms - full_ms), 0.0, 1.0)
+        series.append((starts, ends, measured))
+    best: tuple[float, float, float] | None = None
+    for budget_ms in BUDGETS_MS:
+        for refill in REFILLS:
+            err = sum(float(np.sum((predicted_share(s, e, full_ms / 1e3, budget_ms / 1e3, refill) - m) ** 2))
+                      for s, e, m in series)
+            if best is None or err < best[0]:
+                best = (err, budget_ms / 1e3, float(refill))
+    assert best is not None
+    n = sum(len(m) for _, _, m in series)
+    per_run = {f"{r.get('on_ms', 'sustained')}/{r.get('off_ms', 0)}": {
+        "measured_mean_share": round(float(np.mean(m)), 3),
+        "model_mean_share": round(float(np.mean(predicted_share(s, e, full_ms / 1e3, best[1], best[2]))), 3)}
+        for r, (s, e, m) in zip(runs, series, strict=True)}
+    return {"budget_s": best[1], "refill": best[2], "rms_share_error": math.sqrt(best[0] / n), "calls": n,
+            "runs": per_run, "full_ms": full_ms, "capped_ms": capped_ms}
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--profile", type=Path, default=Path("latsim/data/calibration/h200"))
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    prefill_path, power_path = args.folder / "prefill_probe.json", args.folder / "power_probe.json.gz"
+    prefill = json.loads(prefill_path.read_text())
+    with gzip.open(power_path, "rt") as f:
+        power = json.load(f)
+    gemm = pd.read_parquet(args.profile / "gemm.parquet")
+    attn = pd.read_parquet(args.profile / "attention.parquet")
+    table = ratio_pairs(prefill, power, gemm, attn)
+    full = [p["full_ms"] / p["profile_ms"] for p in table if p["full_ms"]]
+    capped = [p["capped_ms"] / p["profile_ms"] for p in table]
+    dynamics = fit_dynamics(power, table[0]["full_ms"])
+    result = {
+        "full_clock_ratio": float(np.median(full)), "capped_ratio": float(np.median(capped)),
+        **{k: dynamics[k] for k in ("budget_s", "refill")},
+        "heavy_tokens": 2048,
+        "applies_to": "bf16 GEMMs and prefill attention of steps of at least heavy_tokens tokens",
+        "pairs": table, "dynamics_fit": dynamics,
+        "sources": {str(p): _sha(p) for p in (prefill_path, power_path, args.profile / "gemm.parquet",
+                                              args.profile / "attention.parquet")},
+        "command": "python scripts/fit_power.py " + " ".join([str(args.folder), "--profile", str(args.profile),
+                                                               "--write"]),
+    }
+    print(json.dumps({k: v for k, v in result.items() if k != "sources"}, indent=1))
+    if args.write:
+        atomic_write_text(args.profile / "power.json", json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.profile / 'power.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""The GPU power-cap model (latsim.costmodel.power): its terms, its file, and its dynamics."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.power import PowerCap, PowerClock, load_power_cap
+
+CAP = PowerCap(full_clock_ratio=0.87, capped_ratio=1.09, budget_s=0.045, refill=0.85, heavy_tokens=2048)
+PREFILL = BatchShape.from_chunks([(8192, 0)], [])
+DECODE = BatchShape(decode_seqs=64, decode_kv_tokens=64 * 1024)
+
+
+class HeavyCost:
+    """A step of ``step_s`` seconds, all of it heavy (the power data covers it)."""
+
+    def __init__(self, cap: PowerCap | None = CAP, heavy_share: float = 1.0, step_s: float = 0.1) -> None:
+        self.power, self.heavy_share, self.step_s = cap, heavy_share, step_s
+
+    def heavy_s(self, shape: BatchShape) -> float:
+        return self.step_s * self.heavy_share
+
+
+def run(clock: PowerClock, cost: HeavyCost, starts: list[float], dur: float = 0.1) -> list[float]:
+    return [clock.end(cost, PREFILL, s, s + dur) - s for s in starts]
+
+
+def test_a_heavy_step_after_idle_runs_near_full_clock_and_back_to_back_ones_at_the_cap() -> None:
+    cold = run(PowerClock(), HeavyCost(), [0.0])[0]
+    assert cold < 0.1  # the profile's price is between full clock and the cap
+    clock, t, durs = PowerClock(), 0.0, []
+    for _ in range(30):
+        durs.append(run(clock, HeavyCost(), [t])[0])
+        t += durs[-1]
+    assert durs[-1] == pytest.approx(0.1 * CAP.capped_ratio, rel=0.02)
+    assert all(b >= a - 1e-12 for a, b in itertools.pairwise(durs))  # heats up, never cools
+    later = run(clock, HeavyCost(), [t + 1.0])[0]  # a second of idle: cold again
+    assert later == pytest.approx(cold)
+
+
+def test_light_steps_and_models_without_power_data_are_untouched() -> None:
+    clock = PowerClock()
+    assert clock.end(HeavyCost(), DECODE, 1.0, 1.02) == 1.02  # decode-only
+    small = BatchShape.from_chunks([(512, 0)], [])
+    assert clock.end(HeavyCost(), small, 1.0, 1.02) == 1.02  # under heavy_tokens
+    assert clock.end(HeavyCost(cap=None), PREFILL, 1.0, 1.2) == 1.2
+    assert clock.end(object(), PREFILL, 1.0, 1.2) == 1.2  # a cost model with no power attribute
+    assert clock.last_end == -math.inf
+
+
+def test_a_share_of_light_work_in_the_step_keeps_the_clock_up() -> None:
+    clock_all, clock_half, t_all, t_half = PowerClock(), PowerClock(), 0.0, 0.0
+    for _ in range(20):
+        t_all = clock_all.end(HeavyCost(), PREFILL, t_all, t_all + 0.1)
+        t_half = clock_half.end(HeavyCost(heavy_share=0.5), PREFILL, t_half, t_half + 0.1)
+    # half light at a refill of 0.85: the heavy half spends 0.05 s, the light half returns 0.0425 s a
+    # step, so the budget lasts a few steps and then most of each heavy half runs capped
+    assert t_half / 20 < t_all / 20
+    assert t_all / 20 == pytest.approx(0.1 * CAP.capped_ratio, rel=0.03)
+
+
+def test_the_budget_spends_and_refills_as_its_terms_say() -> None:
+    clock = PowerClock()
+    first = clock.end(HeavyCost(step_s=0.03), PREFILL, 0.0, 0.03)  # 30 ms of a 45 ms budget
+    assert first == pytest.approx(0.03 * CAP.full_clock_ratio) and clock.budget == pytest.approx(0.015)
+    second = clock.end(HeavyCost(step_s=0.03), PREFILL, first, first + 0.03) - first
+    # 15 ms at full clock, 15 ms capped
+    assert second == pytest.approx(0.015 * CAP.full_clock_ratio + 0.015 * CAP.capped_ratio)
+    assert clock.budget == 0.0
+    start = clock.last_end + 0.02  # 20 ms idle refill 17 ms
+    third = clock.end(HeavyCost(step_s=0.03), PREFILL, start, start + 0.03) - start
+    assert third == pytest.approx(0.017 * CAP.full_clock_ratio + 0.013 * CAP.capped_ratio)
+    assert clock.budget == 0.0
+
+
+@pytest.mark.parametrize("field, value", [("budget_s", -0.1), ("refill", 0.0), ("capped_ratio", 3.0),
+                                          ("full_clock_ratio", 0.1), ("heavy_tokens", 0)])
+def test_out_of_range_terms_are_named(field: str, value: float) -> None:
+    terms = {"full_clock_ratio": 0.9, "capped_ratio": 1.1, "budget_s": 0.05, "refill": 0.5,
+             "heavy_tokens": 2048, field: value}
+    with pytest.raises(ValueError, match=field):
+        PowerCap(**terms)  # type: ignore[arg-type]
+
+
+def test_power_file_loads_is_optional_and_a_broken_one_is_named(tmp_path: Path) -> None:
+    assert load_power_cap(tmp_path) is None
+    (tmp_path / "power.json").write_text(json.dumps({"full_clock_ratio": 0.9, "capped_ratio": 1.1}))
+    with pytest.raises(ValueError, match=r"power\.json.*fit_power"):
+        load_power_cap(tmp_path)
+    (tmp_path / "power.json").write_text(json.dumps({"full_clock_ratio": 0.9, "capped_ratio": 1.1, "budget_s": 0.05,
+                                                      "refill": 0.5, "heavy_tokens": 2048}))
+    cap = load_power_cap(tmp_path)
+    assert cap is not None and cap.budget_s == 0.05 and cap.source.endswith("power.json")
+
+
+def test_the_shipped_h200_profile_carries_its_fitted_power_cap() -> None:
+    from latsim.catalog.lookup import load_device, load_model
+    from latsim.costmodel.calibrated import load_calibrated
+
+    cm = load_calibrated(load_model("llama-3.1-8b"), load_device("h200"))
+    assert cm.power is not None and cm.power.capped_ratio > 1.0 > cm.power.full_clock_ratio
+    assert cm.heavy_s(PREFILL) > 0.0 and cm.heavy_s(PREFILL) < cm.step_time(PREFILL)
+    fp8 = load_calibrated(load_model("llama-3.1-8b"), load_device("h200"), weight_dtype="fp8", kv_dtype="fp8")
+    assert fp8.heavy_s(PREFILL) == 0.0  # quantized kernels: no power data
+
+
+def test_the_duty_cycles_of_the_measurement_order_as_measured() -> None:
+    """Calls of 2.3 ms, ``on_ms`` busy and ``off_ms`` idle: the model's mean ratio over the last
+    cycles falls as the pause grows, as the probe measured (200/50 hot, 100/100 between, 50/200
+    near full clock)."""
+    def mean_ratio(on_ms: float, off_ms: float) -> float:
+        clock, t, ratios = PowerClock(), 0.0, []
+        cost = HeavyCost(step_s=0.0023)
+        for _ in range(12):
+            stop = t + on_ms / 1e3
+            while t < stop:
+                end = clock.end(cost, PREFILL, t, t + 0.0023)
+                ratios.append((end - t) / 0.0023)
+                t = end
+            t += off_ms / 1e3
+        return sum(ratios[-200:]) / 200
+    assert mean_ratio(200, 50) > mean_ratio(100, 100) > mean_ratio(50, 200)
