@@ -8,8 +8,10 @@ What is fitted (the model: :mod:`latsim.costmodel.power`):
   power cap, each over the profile's row for the same call.  Pairs: the 8B's gate_up GEMM of
   8,160 rows and its 8,160-token FA3 chunks at contexts 0 and 16,320 (``prefill_probe.json``;
   full clock: the calls in the first 30 ms of a sustained run after warm-up, capped: the median
-  of the sustained run, for the attention the chunk between its step's GEMMs), and the chunk at
-  context 8,160 (``power_probe.json.gz``, capped).  The profile rows are read at the probe's
+  of the sustained run, for the attention the chunk between its step's GEMMs), and from
+  ``power_probe.json.gz`` every run of a kernel the model covers (bf16 GEMMs of at least
+  ``HEAVY_TOKENS`` rows, the chunk at context 8,160; full clock: its first calls after the idle
+  pause, capped: its calls 0.5-1.0 s in).  The profile rows are read at the probe's
   shapes (GEMM rows interpolated linearly in M; attention rows at 8,192 queries scaled by
   query-key pairs).  The medians are kept.
 - ``budget_s`` and ``refill``: the full-clock budget of heavy work and its refill per idle
@@ -39,7 +41,7 @@ import pandas as pd
 
 from latsim.atomic import atomic_write_text
 
-CHUNK, GATE_UP = 8160, (4096, 28672)
+CHUNK, GATE_UP, HEAVY_TOKENS = 8160, (4096, 28672), 2048
 BUDGETS_MS = tuple(range(5, 105, 5))
 REFILLS = tuple(np.round(np.arange(0.05, 1.55, 0.05), 2))
 
@@ -82,11 +84,27 @@ def ratio_pairs(prefill: dict[str, Any], power: dict[str, Any], gemm: pd.DataFra
         in_step = np.asarray(sus[("sustained-step", ctx)]["attention_ms_per_step"]) / 32
         out.append({"kernel": f"FA3 prefill {CHUNK} at context {ctx}", "profile_ms": profile_prefill_ms(attn, ctx),
                     "full_ms": _first_ms(alone), "capped_ms": float(np.median(in_step))})
-    row = next(r for r in power["rows"] if r.get("case") == "prefill ctx=8160")
-    ms = [c[1] for c in row["calls"]]
-    out.append({"kernel": f"FA3 prefill {CHUNK} at context 8160", "profile_ms": profile_prefill_ms(attn, 8160),
-                "full_ms": None, "capped_ms": float(np.median(ms[len(ms) // 2:]))})
+    for r in power["rows"]:
+        if "on_ms" in r:
+            continue
+        covered = r.get("case") == "prefill ctx=8160" or (r.get("dtype") == "bf16" and r.get("M", 0) >= HEAVY_TOKENS)
+        if not covered:
+            continue
+        full, capped = _fresh_and_capped(r)
+        if r.get("case"):
+            name, profile = f"FA3 prefill {CHUNK} at context 8160", profile_prefill_ms(attn, 8160)
+        else:
+            name, profile = f"bf16 GEMM {GATE_UP[0]}x{GATE_UP[1]} M={r['M']}", profile_gemm_ms(gemm, r["M"])
+        out.append({"kernel": name + " (power probe)", "profile_ms": profile, "full_ms": full, "capped_ms": capped})
     return out
+
+
+def _fresh_and_capped(row: dict[str, Any]) -> tuple[float, float]:
+    """A power-probe run's full-clock time (calls 2-9 after the idle pause: the first of a group
+    carries the launch gap) and capped time (median of the calls starting 0.5-1.0 s in)."""
+    calls = np.asarray(row["calls"])
+    window = (calls[:, 0] >= 0.5) & (calls[:, 0] < 1.0)
+    return float(np.median(calls[1:9, 1])), float(np.median(calls[window, 1]))
 
 
 def duty_series(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -165,7 +183,7 @@ def main() -> None:
     result = {
         "full_clock_ratio": float(np.median(full)), "capped_ratio": float(np.median(capped)),
         **{k: dynamics[k] for k in ("budget_s", "refill")},
-        "heavy_tokens": 2048,
+        "heavy_tokens": HEAVY_TOKENS,
         "applies_to": "bf16 GEMMs and prefill attention of steps of at least heavy_tokens tokens",
         "pairs": table, "dynamics_fit": dynamics,
         "sources": {str(p): _sha(p) for p in (prefill_path, power_path, args.profile / "gemm.parquet",
