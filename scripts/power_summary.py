@@ -6,8 +6,9 @@
    beside 32/64 decode rows in one call, and sustained (alone, and between its step's GEMMs);
 2. ``power_probe.json.gz`` (``scripts/device_power_probe.py``): per kernel, the per-call time over
    the seconds of a sustained run, and duty cycles;
-3. ``smi-<run>.csv`` beside ``<meta dir>``: the SM clock and power over a live run's levels
-   (``nvidia-smi`` every 100 ms), cut by each level's start and duration from its ``meta.json``.
+3. ``smi-<run>.csv``: the SM clock and power over a live run's levels (``nvidia-smi`` every
+   100 ms), cut by each level's start and duration from its ``meta.json``; ``runs.json`` names
+   the run folder (from the repository root) of each file.
 """
 
 from __future__ import annotations
@@ -75,16 +76,15 @@ def live_clocks(smi_csv: Path, run_dir: Path) -> pd.DataFrame:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", type=Path)
-    ap.add_argument("--run", type=Path, default=Path("data/validation/h200-repeat/mistral-7b-long"),
-                    help="the live run the folder's smi-*.csv was recorded beside")
     args = ap.parse_args()
     pd.set_option("display.width", 200)
     print(prefill_table(json.loads((args.folder / "prefill_probe.json").read_text())).to_string(index=False))
     with gzip.open(args.folder / "power_probe.json.gz", "rt") as f:
         print(power_table(json.load(f)).to_string(index=False))
+    runs = json.loads((args.folder / "runs.json").read_text())
     for smi in sorted(args.folder.glob("smi-*.csv")):
-        print(smi.name)
-        print(live_clocks(smi, args.run).to_string(index=False))
+        print(f"{smi.name} ({runs[smi.name]})")
+        print(live_clocks(smi, Path(runs[smi.name])).to_string(index=False))
 
 
 if __name__ == "__main__":
