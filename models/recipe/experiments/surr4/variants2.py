@@ -114,6 +114,13 @@ def apply(variant: str):
         metric, _, q = target.rpartition("_")
         if "blload" in flags and metric == "ttft_ms":
             base = base - np.exp(feats[f"log_first_token_{q}_ms"].to_numpy()) + feats[f"_ftl_{q}"].to_numpy()
+        if "pkbl" in flags and metric == "ttft_ms":
+            qq = {"p50": 0.5, "p90": 0.9, "p99": 0.99}[q]
+            u = feats["prefill_utilization"].to_numpy()
+            wall = np.exp(feats["log_prompt_wall_ms"].to_numpy())
+            cs2 = np.exp(feats["in_sigma"].to_numpy() ** 2) - 1.0
+            busy = wall * (1.0 + cs2) / 2.0 / (1.0 - u)
+            base = base + busy * np.maximum(0.0, np.log(np.maximum(u, 1e-300) / (1.0 - qq)))
         if "blload" in flags and metric == "e2e_ms":
             ft = np.exp(feats["log_first_token_ms"].to_numpy())
             base = base + ft * (feats["_ftl_ratio_p50"].to_numpy() - 1.0)
