@@ -7,9 +7,10 @@ numbers a regressor can carry to a model or GPU it never saw: step times from th
 deployment's cost model in :mod:`latsim.costmodel` (the one the simulator uses: calibrated
 where a GPU profile ships, roofline elsewhere), KV bytes per token, the KV capacity of the
 memory plan, the first token of a prompt at the input lengths' P50/P90/P99 on an idle
-deployment, two capacities in requests per second (a mean-value one, the design's, and one
-from pricing the steps of a replica held at its batch cap, :func:`saturated_request_s`), and
-the offered load over each.
+deployment and beside the decode batch the load implies (:func:`first_token_at_load`), two
+capacities in requests per second (a mean-value one, the design's, and one from pricing the
+steps of a replica held at its batch cap, :func:`saturated_request_s`), the offered load over
+each, and the prompts' share of a replica's time (:func:`prompt_loads`).
 
 Everything that does not depend on the rate is computed once per distinct deployment and
 length summary (cached), so a DataFrame of 10,000 rates over a few hundred deployments costs
@@ -49,11 +50,17 @@ STATIC_FEATURES = ("log_decode_step_ms", "log_decode_full_ms", "log_prefill_ms",
                    "log_first_token_p50_ms", "log_first_token_p90_ms", "log_first_token_p99_ms",
                    "log_saturated_rps", "out_p50", "out_p90", "out_p99", "log_prompt_wall_ms")
 LOAD_FEATURES = ("load", "load_saturated", "load_per_batch", "prefill_utilization", "batch_share_at_load",
-                 "log_step_at_load_ms")
-FEATURES = STATIC_FEATURES + LOAD_FEATURES
+                 "log_step_at_load_ms", "prompt_wall_load")
+RATE_FEATURES = ("prompt_extra_load",)
+FEATURES = STATIC_FEATURES + LOAD_FEATURES + RATE_FEATURES
 """Feature names in the order of :func:`features`'s columns; the LOAD_FEATURES depend on the rate
-(:func:`features_at`), the others not."""
-_HIDDEN = ("capacity_rps", "batch", "_prompt_step_ms", "_prompt_launch_ms", *(f"_step_{g}" for g in BATCH_GRID))
+and are non-decreasing in it (:func:`features_at`), the RATE_FEATURES depend on it, the others not."""
+BASELINE_COLUMNS = tuple(f"log_first_token_at_load_{q}_ms" for q in ("p50", "p90", "p99"))
+"""Columns :func:`features_at` adds beside the :data:`FEATURES`, for the baselines only
+(:func:`latsim.predict.surrogate.baseline_ms`): the first token of the prompt at the input lengths'
+P50/P90/P99 beside the decode batch the load implies (:func:`first_token_at_load`)."""
+_HIDDEN = ("capacity_rps", "batch", "_prompt_step_ms", "_prompt_launch_ms", *(f"_step_{g}" for g in BATCH_GRID),
+           *(f"_first_{q}_{g}" for q in ("p50", "p90", "p99") for g in BATCH_GRID))
 
 
 def length_mean(median: float, sigma: float, clip: tuple[int, int]) -> float:
@@ -74,25 +81,30 @@ def length_quantiles(median: float, sigma: float, clip: tuple[int, int]) -> tupl
 
 
 def prompt_parts_s(cost: CostModel, budget: int, prompt: float, prefix_share: float,
-                   ctx: float) -> tuple[float, float]:
+                   ctx: float, decodes: int = 1) -> tuple[float, float]:
     """``(step seconds, launch seconds)`` of a ``prompt``-token request's uncached tokens, in chunks
-    of at most ``budget`` beside one decode of ``ctx`` tokens: the chunks' priced steps, and their
-    launches plus tails (0.0 when they replay CUDA graphs)."""
+    beside ``decodes`` decodes of ``ctx`` tokens each: the chunks' priced steps, and their
+    launches plus tails (0.0 when they replay CUDA graphs).  A chunk holds at most ``budget``
+    tokens less one for every decode past the first (so one decode leaves the prompt the whole
+    budget, as on an idle deployment)."""
     from latsim.costmodel.batch import BatchShape
 
     new = max(1.0, prompt * (1.0 - prefix_share))
-    chunk = max(1, min(round(new), budget))
-    mixed = BatchShape.from_chunks([(chunk, round(prompt - new))], [int(ctx)])
+    chunk = max(1, min(round(new), budget - decodes + 1))
+    mixed = BatchShape.from_chunks([(chunk, round(prompt - new))], [int(ctx)] * decodes)
     launch = float(cost.launch_s(mixed))
     tail = float(cost.launch_tail_s) if launch > 0.0 else 0.0
     return float(cost.step_time(mixed)) * new / chunk, (launch + tail) * new / chunk
 
 
-def first_token_s(cost: CostModel, budget: int, prompt: float, prefix_share: float, ctx: float) -> float:
+def first_token_s(cost: CostModel, budget: int, prompt: float, prefix_share: float, ctx: float,
+                  decodes: int = 1) -> float:
     """Seconds to the first token of a ``prompt``-token request on an idle deployment: the front
     end, then its uncached tokens in chunks of at most ``budget`` beside one decode of ``ctx``
-    tokens, each chunk's step at least its launch and tail (:func:`prompt_parts_s`)."""
-    return float(cost.frontend_s) + max(prompt_parts_s(cost, budget, prompt, prefix_share, ctx))
+    tokens, each chunk's step at least its launch and tail (:func:`prompt_parts_s`).  With
+    ``decodes`` > 1 its chunks run beside that many decodes instead (a loaded deployment: each
+    chunk's step prices the running batch too, and the decodes take their tokens of the budget)."""
+    return float(cost.frontend_s) + max(prompt_parts_s(cost, budget, prompt, prefix_share, ctx, decodes))
 
 
 def saturated_request_s(cost: CostModel, budget: int, seqs: int, ctx: float, prompt: tuple[float, float, float],
@@ -204,7 +216,9 @@ def features_at(static: pd.DataFrame, qps: np.ndarray) -> pd.DataFrame:
 
     ``load`` is the rate over the mean-value capacity ``exp(log_capacity_rps)`` (the design's
     load, :mod:`latsim.predict.design`), ``load_saturated`` over the saturated-cycle capacity
-    ``exp(log_saturated_rps)`` (:func:`saturated_request_s`), the closer one to the simulator's."""
+    ``exp(log_saturated_rps)`` (:func:`saturated_request_s`), the closer one to the simulator's.
+    Also the :data:`BASELINE_COLUMNS` (:func:`first_token_at_load`), non-decreasing in ``qps`` like
+    ``batch_share_at_load``."""
     qps = np.asarray(qps, dtype=float)
     out = static[list(STATIC_FEATURES)].copy()
     out["load"] = qps / np.exp(static["log_capacity_rps"].to_numpy())
@@ -214,7 +228,42 @@ def features_at(static: pd.DataFrame, qps: np.ndarray) -> pd.DataFrame:
     out["prefill_utilization"] = util
     out["batch_share_at_load"] = share
     out["log_step_at_load_ms"] = np.log(step)
+    batch = share * np.exp(static["log_batch"].to_numpy())
+    out["prompt_wall_load"], out["prompt_extra_load"] = prompt_loads(static, qps, batch)
+    for q, first in zip(("p50", "p90", "p99"), first_token_at_load(static, batch), strict=True):
+        out[f"log_first_token_at_load_{q}_ms"] = np.log(first)
     return out
+
+
+def prompt_loads(static: pd.DataFrame, qps: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(wall load, extra load)``: the prompts' share of a replica's time at ``qps`` in the
+    mean-value model of :func:`step_at_load` before its 0.95 cap, with ``batch`` decodes running
+    (its batch at the load).  The wall load, ``r x w`` (``r`` the replica's rate up to the
+    saturated capacity, ``w`` the idle prompt wall), is ``prefill_utilization`` uncapped and
+    non-decreasing in ``qps``; the extra load, ``r x e(batch)`` (``e`` each prompt's time over the
+    decode step it replaces), falls where a larger batch's longer step hides a prompt's launch.
+    Both go past the cap, where prompts alone would fill a replica (short outputs) and the capped
+    utilization no longer tells such configurations apart."""
+    steps = np.maximum.accumulate(static[[f"_step_{g}" for g in BATCH_GRID]].to_numpy() / 1e3, axis=1)
+    step = _interp(steps, np.maximum(np.asarray(batch, dtype=float), 1.0))
+    r = np.minimum(qps, static["capacity_rps"].to_numpy()) / static["replicas"].to_numpy()
+    prompt = static["_prompt_step_ms"].to_numpy() / 1e3
+    launch = static["_prompt_launch_ms"].to_numpy() / 1e3
+    extra = np.maximum(np.maximum(prompt, launch - step) - step, 0.0)
+    return r * np.exp(static["log_prompt_wall_ms"].to_numpy()) / 1e3, r * extra
+
+
+def first_token_at_load(static: pd.DataFrame, batch: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The first token (ms) of the prompt at the input lengths' P50, P90 and P99 with its chunks
+    beside ``batch`` decodes (one per row, e.g. the batch at the load, :func:`step_at_load`):
+    :func:`first_token_s` priced at the batches of :data:`BATCH_GRID` (``_first_<q>_<batch>``,
+    made non-decreasing in the batch) and interpolated linearly between, as the decode step is.
+    At one decode it is the idle deployment's (``log_first_token_<q>_ms``); on a loaded deployment
+    each chunk's step also prices the running batch's decodes, which take their tokens of the
+    budget (a long prompt takes more chunks)."""
+    n = np.maximum(np.asarray(batch, dtype=float), 1.0)
+    return tuple(_interp(np.maximum.accumulate(static[[f"_first_{q}_{g}" for g in BATCH_GRID]].to_numpy(), axis=1), n)
+                 for q in ("p50", "p90", "p99"))
 
 
 def step_at_load(static: pd.DataFrame, qps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -317,7 +366,13 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
            *length_quantiles(out_median, out_sigma, OUTPUT_CLIP), np.log(prompt_wall * 1e3))
     grid = [cost.step_time(BatchShape(decode_seqs=min(g, seqs), decode_kv_tokens=int(min(g, seqs) * ctx))) * 1e3
             for g in BATCH_GRID]
-    return (*(float(x) for x in row), saturated, batch, prompt_step * 1e3, prompt_launch * 1e3, *grid)
+    loaded = []
+    for x, idle in zip(length_quantiles(in_median, in_sigma, INPUT_CLIP), firsts, strict=True):
+        at = {1: idle}  # a batch above the cap is priced at the cap
+        at.update({b: first_token_s(cost, engine.max_num_batched_tokens, x, prefix_share, ctx, b)
+                   for b in sorted({min(g, seqs) for g in BATCH_GRID} - {1})})
+        loaded += [at[min(g, seqs)] * 1e3 for g in BATCH_GRID]
+    return (*(float(x) for x in row), saturated, batch, prompt_step * 1e3, prompt_launch * 1e3, *grid, *loaded)
 
 
 @lru_cache(maxsize=4096)

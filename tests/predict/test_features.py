@@ -8,6 +8,7 @@ import pytest
 
 from latsim.costmodel.batch import BatchShape
 from latsim.predict.features import (
+    BASELINE_COLUMNS,
     features_at,
     first_token_s,
     launch_share,
@@ -77,6 +78,14 @@ def test_first_token_counts_the_front_end_chunks_and_launch():
     assert first_token_s(launched, 2048, 100.0, 0.0, 50.0) == pytest.approx(0.002 + 0.053)
 
 
+def test_a_loaded_first_token_prices_the_running_decodes_and_their_share_of_the_budget():
+    cost = LinearCost()
+    # beside 49 decodes: each chunk step carries them, and a chunk holds 2,048 - 48 = 2,000 prompt tokens
+    assert first_token_s(cost, 2048, 4000.0, 0.0, 50.0, decodes=49) == pytest.approx(0.002 + 2 * (0.01 + 2049e-5))
+    assert first_token_s(cost, 2048, 100.0, 0.0, 50.0, decodes=1) == first_token_s(cost, 2048, 100.0, 0.0, 50.0)
+    assert first_token_s(cost, 2048, 100.0, 0.0, 50.0, decodes=64) == pytest.approx(0.002 + 0.01 + 164e-5)
+
+
 DEPLOYMENTS = [
     {"model": "llama-3.1-8b", "device": "h200", "tp": 1, "replicas": 1, "weight_dtype": "bf16"},
     {"model": "qwen3-30b-a3b", "device": "h100", "tp": 2, "replicas": 2, "weight_dtype": "fp8"},
@@ -105,5 +114,14 @@ def test_load_features_grow_with_the_rate_below_capacity(static):
         rates = np.exp(static["log_saturated_rps"].iloc[i]) * np.linspace(0.01, 0.99, 50)
         feats = features_at(static.iloc[[i] * len(rates)], rates)
         assert np.allclose(feats["load_saturated"], np.linspace(0.01, 0.99, 50))
-        for name in ("load", "load_per_batch", "prefill_utilization", "batch_share_at_load", "log_step_at_load_ms"):
+        for name in ("load", "load_per_batch", "prefill_utilization", "batch_share_at_load", "log_step_at_load_ms",
+                     "prompt_wall_load", *BASELINE_COLUMNS):
             assert np.all(np.diff(feats[name].to_numpy()) >= -1e-12), (i, name)
+        # the prompts' wall load is the prefill utilization before its cap
+        np.testing.assert_allclose(np.minimum(feats["prompt_wall_load"], 0.95), feats["prefill_utilization"])
+        assert np.all(feats["prompt_extra_load"].to_numpy() >= 0.0)
+        # the prompt priced beside the batch at the load: the idle first token at a vanishing rate, longer at load
+        for q in ("p50", "p90", "p99"):
+            at_load = feats[f"log_first_token_at_load_{q}_ms"].to_numpy()
+            assert at_load[0] == pytest.approx(static[f"log_first_token_{q}_ms"].iloc[i], abs=1e-3)
+            assert at_load[-1] > at_load[0]

@@ -108,7 +108,7 @@ def test_another_format_version_is_refused(copy):
     manifest = json.loads((copy / "surrogate.json").read_text())
     manifest["format"] = "latsim-surrogate/0"
     (copy / "surrogate.json").write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match="has format 'latsim-surrogate/0', this latsim reads 'latsim-surrogate/3'"):
+    with pytest.raises(ValueError, match="has format 'latsim-surrogate/0', this latsim reads 'latsim-surrogate/4'"):
         load_surrogate(copy)
 
 
@@ -145,7 +145,8 @@ def test_the_overload_wait_is_a_fluid_queue_past_the_saturated_capacity():
     rho = np.array([0.5, 1.0, 1.25, 2.0, 4.0])
     feats = pd.DataFrame({"load_saturated": rho, "log_saturated_rps": np.log(10.0),
                           "log_step_at_load_ms": np.log(20.0), "log_first_token_ms": np.log(50.0),
-                          "log_first_token_p50_ms": np.log(40.0), "out_p50": 100.0})
+                          "log_first_token_p50_ms": np.log(40.0), "log_first_token_at_load_p50_ms": np.log(40.0),
+                          "out_p50": 100.0})
     wait = overload_wait_ms(feats, 0.5, 1600)
     # request 800 arrives at 800 / qps and starts at 800 / 10 req/s: at 12.5 req/s it waits 16 s
     np.testing.assert_allclose(wait, [0.0, 0.0, 16_000.0, 40_000.0, 60_000.0])
@@ -154,6 +155,18 @@ def test_the_overload_wait_is_a_fluid_queue_past_the_saturated_capacity():
         np.testing.assert_allclose(baseline_ms(feats, target, 1600) - without, wait)
         assert np.all(np.diff(baseline_ms(feats, target, 1600)) >= 0)  # non-decreasing in the rate
     np.testing.assert_allclose(baseline_ms(feats, "tpot_ms_p50", 1600), baseline_ms(feats, "tpot_ms_p50"))
+
+
+def test_the_ttft_baseline_prices_the_prompt_beside_the_batch_at_the_load():
+    from latsim.predict.surrogate import baseline_ms
+
+    feats = pd.DataFrame({"log_step_at_load_ms": np.log(20.0), "log_first_token_p50_ms": np.log(40.0),
+                          "log_first_token_at_load_p50_ms": np.log([40.0, 55.0]), "load_saturated": 0.5,
+                          "log_saturated_rps": np.log(10.0)})
+    np.testing.assert_allclose(baseline_ms(feats, "ttft_ms_p50", 1600), [60.0, 75.0])
+    # E2E's mean prompt (an idle 50 ms) is scaled as the median prompt is: 50 x 55 / 40
+    feats = feats.assign(log_first_token_ms=np.log(50.0), out_p50=10.0)
+    np.testing.assert_allclose(baseline_ms(feats, "e2e_ms_p50", 1600), [50.0 + 200.0, 50.0 * 55.0 / 40.0 + 200.0])
 
 
 def test_a_surrogate_fitted_without_a_run_length_keeps_its_baseline(copy):
