@@ -49,7 +49,7 @@ def summary_figure(levels: list[Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs = group_runs(levels)
-    fig, axes = plt.subplots(2, 2, figsize=(13, 11))
+    fig, axes = plt.subplots(2, 2, figsize=(16, 11))
     for ax, (metric, label) in zip(axes.flat, PANELS, strict=False):
         lo, hi = np.inf, 0.0
         for (run, lvs), color in zip(runs.items(), _colors(len(runs)), strict=True):
@@ -59,7 +59,7 @@ def summary_figure(levels: list[Any], path: Path) -> None:
                 if pairs:
                     m, p = np.array(pairs).T
                     ax.scatter(m, p, marker=marker, color=color, s=18, alpha=0.8,
-                               label=Path(run).name if stat == "p99" else None)
+                               label=_run_label(run) if stat == "p99" else None)
                     lo, hi = min(lo, m.min(), p.min()), max(hi, m.max(), p.max())
         if hi > 0:
             line = np.array([lo / 1.5, hi * 1.5])
@@ -68,14 +68,24 @@ def summary_figure(levels: list[Any], path: Path) -> None:
         ax.set(xscale="log", yscale="log", xlabel=f"measured {label} (ms)", ylabel=f"latsim {label} (ms)",
                title=f"{label}: P50 (circles), P99 (squares), every level")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=6, loc="upper left")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=6, frameon=False)
     _error_bars(axes[1][1], runs)
     fig.suptitle(f"latsim vs measured: {len(runs)} runs, {len(levels)} load levels")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.0, LEGEND_SPLIT, 1.0))
     from latsim.atomic import atomic_write
 
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=90))
     plt.close(fig)
+
+
+LEGEND_SPLIT = 0.78
+"""Share of the figure's width the panels take; the runs' legend sits in the rest, outside them."""
+
+
+def _run_label(run: str) -> str:
+    """``<folder>/<run>``: the same configuration is measured in several folders (engine starts)."""
+    return f"{Path(run).parent.name}/{Path(run).name}"
 
 
 def _colors(n: int) -> list[str]:
@@ -83,7 +93,7 @@ def _colors(n: int) -> list[str]:
 
 
 def _error_bars(ax: Any, runs: dict[str, list[Any]]) -> None:
-    names = [Path(r).name for r in runs]
+    names = [_run_label(r) for r in runs]
     y = np.arange(len(names))
     for offset, (metric, label) in zip((-0.2, 0.2), PANELS[:2], strict=True):
         errors = [_median_abs_error(lvs, metric) for lvs in runs.values()]
