@@ -122,15 +122,15 @@ def write_report(levels: list[Any], table: Any, out_dir: Path, title: str) -> No
     pages = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, (run, lvs) in enumerate(group_runs(levels).items()):
-            name = f"{Path(run).name} ({model_name(lvs)})"
+            name = f"{_run_label(run)} ({model_name(lvs)})"
             png = Path(tmp) / f"run{i}.png"
-            validation_figure(lvs, png, title=name, panel_prefix=f"{Path(run).name}, ")
+            validation_figure(lvs, png, title=name, panel_prefix=f"{_run_label(run)}, ")
             keep = table["run"].isin([lv.run_dir for lv in lvs]) & table["stat"].isin(["p50", "p99"]) \
                 & table["metric"].isin([m for m, _ in PANELS])
             rows = table.loc[keep, ["level", "offered_qps", "metric", "stat", "measured", "predicted", "error"]]
             pages.append(f'<section id="run{i}"><h2>{html.escape(name)}</h2><p>{html.escape(run)}</p>'
                          f"{_img(png)}{rows.to_html(index=False, float_format=lambda x: f'{x:.4g}')}</section>")
-    toc = "".join(f'<li><a href="#run{i}">{html.escape(Path(r).name)}</a></li>'
+    toc = "".join(f'<li><a href="#run{i}">{html.escape(_run_label(r))}</a></li>'
                   for i, r in enumerate(group_runs(levels)))
     doc = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
            "<style>body{font-family:sans-serif;margin:2em;max-width:1300px}img{max-width:100%}"

@@ -24,6 +24,6 @@ def test_summary_figure_and_one_page_per_run(tmp_path: Path) -> None:
     assert height <= 1500 and width <= 1500  # one summary, not a panel per level
     page = (tmp_path / "validation.html").read_text()
     titles = re.findall(r"<h2>([^<]*\([^<]*\))</h2>", page)
-    assert titles == ["llama-2-7b-mix (llama-2-7b)", "llama-3.2-1b-mix (llama-3.2-1b)"]
+    assert titles == ["h200/llama-2-7b-mix (llama-2-7b)", "h200/llama-3.2-1b-mix (llama-3.2-1b)"]  # folder/run
     assert page.count("data:image/png;base64,") == 3  # the summary and one figure per run
     assert not re.search(r"""src=["'](https?:|file:|/)""", page)
