@@ -244,13 +244,9 @@ def prompt_loads(static: pd.DataFrame, qps: np.ndarray, batch: np.ndarray) -> tu
     decode step it replaces), falls where a larger batch's longer step hides a prompt's launch.
     Both go past the cap, where prompts alone would fill a replica (short outputs) and the capped
     utilization no longer tells such configurations apart."""
-    steps = np.maximum.accumulate(static[[f"_step_{g}" for g in BATCH_GRID]].to_numpy() / 1e3, axis=1)
-    step = _interp(steps, np.maximum(np.asarray(batch, dtype=float), 1.0))
-    r = np.minimum(qps, static["capacity_rps"].to_numpy()) / static["replicas"].to_numpy()
-    prompt = static["_prompt_step_ms"].to_numpy() / 1e3
-    launch = static["_prompt_launch_ms"].to_numpy() / 1e3
-    extra = np.maximum(np.maximum(prompt, launch - step) - step, 0.0)
-    return r * np.exp(static["log_prompt_wall_ms"].to_numpy()) / 1e3, r * extra
+    step = _interp(_batch_grid(static, "_step", 1e3), np.maximum(np.asarray(batch, dtype=float), 1.0))
+    r = _replica_rate(static, qps)
+    return r * np.exp(static["log_prompt_wall_ms"].to_numpy()) / 1e3, r * _prompt_extra_s(*_prompt_s(static), step)
 
 
 def first_token_at_load(static: pd.DataFrame, batch: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -262,8 +258,7 @@ def first_token_at_load(static: pd.DataFrame, batch: np.ndarray) -> tuple[np.nda
     each chunk's step also prices the running batch's decodes, which take their tokens of the
     budget (a long prompt takes more chunks)."""
     n = np.maximum(np.asarray(batch, dtype=float), 1.0)
-    return tuple(_interp(np.maximum.accumulate(static[[f"_first_{q}_{g}" for g in BATCH_GRID]].to_numpy(), axis=1), n)
-                 for q in ("p50", "p90", "p99"))
+    return tuple(_interp(_batch_grid(static, f"_first_{q}"), n) for q in ("p50", "p90", "p99"))
 
 
 def step_at_load(static: pd.DataFrame, qps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -283,24 +278,47 @@ def step_at_load(static: pd.DataFrame, qps: np.ndarray) -> tuple[np.ndarray, np.
     reported utilization is ``min(r x w, 0.95)`` with ``w`` the idle prompt wall
     (``log_prompt_wall_ms``), non-decreasing in ``qps``; the batch share and the time per token
     are too while ``r x max(p, l) < 1``."""
-    # a larger batch is never faster (a calibrated model's tables can dip by a fraction of a percent)
-    steps = np.maximum.accumulate(static[[f"_step_{g}" for g in BATCH_GRID]].to_numpy() / 1e3, axis=1)
+    steps = _batch_grid(static, "_step", 1e3)
     cap = np.exp(static["log_batch"].to_numpy())
-    r = np.minimum(qps, static["capacity_rps"].to_numpy()) / static["replicas"].to_numpy()
-    prompt = static["_prompt_step_ms"].to_numpy() / 1e3
-    launch = static["_prompt_launch_ms"].to_numpy() / 1e3
+    r = _replica_rate(static, qps)
+    prompt, launch = _prompt_s(static)
     mean_out = static["mean_out"].to_numpy()
 
     def per_token(n: np.ndarray) -> np.ndarray:
         step = _interp(steps, np.maximum(n, 1.0))
-        extra = np.maximum(np.maximum(prompt, launch - step) - step, 0.0)
-        return step / (1.0 - np.minimum(r * extra, 0.95))
+        return step / (1.0 - np.minimum(r * _prompt_extra_s(prompt, launch, step), 0.95))
 
     n = np.zeros(len(static))
     for _ in range(40):
         n = np.minimum(cap, r * mean_out * per_token(n))
     wall = np.exp(static["log_prompt_wall_ms"].to_numpy()) / 1e3
     return np.minimum(r * wall, 0.95), n / cap, per_token(n) * 1e3
+
+
+def _batch_grid(static: pd.DataFrame, prefix: str, per: float = 1.0) -> np.ndarray:
+    """The ``<prefix>_<batch>`` columns (one per :data:`BATCH_GRID` batch) over ``per``, made
+    non-decreasing in the batch: a larger batch is never faster (a calibrated model's tables can
+    dip by a fraction of a percent)."""
+    return np.maximum.accumulate(static[[f"{prefix}_{g}" for g in BATCH_GRID]].to_numpy() / per, axis=1)
+
+
+def _replica_rate(static: pd.DataFrame, qps: np.ndarray) -> np.ndarray:
+    """Requests per second one replica serves at ``qps``: up to the saturated capacity, shared
+    evenly by the replicas."""
+    rate: np.ndarray = np.minimum(qps, static["capacity_rps"].to_numpy()) / static["replicas"].to_numpy()
+    return rate
+
+
+def _prompt_s(static: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(priced steps, launch)`` of a prompt in seconds, per row."""
+    return static["_prompt_step_ms"].to_numpy() / 1e3, static["_prompt_launch_ms"].to_numpy() / 1e3
+
+
+def _prompt_extra_s(prompt: np.ndarray, launch: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Seconds each prompt adds over the decode step ``step`` it replaces: its priced steps
+    ``prompt`` or its ``launch`` less that step, whichever is longer, less the step (at least 0)."""
+    extra: np.ndarray = np.maximum(np.maximum(prompt, launch - step) - step, 0.0)
+    return extra
 
 
 def _interp(steps: np.ndarray, n: np.ndarray) -> np.ndarray:
