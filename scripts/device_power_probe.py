@@ -24,25 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from device_prefill_probe import Clocks  # scripts/ is on the path when a script runs by path
 
 from latsim.calibration import gemm
 from latsim.calibration.attention import _flash_paged, _paged
 from latsim.calibration.context import make_context
 
-PREFILL_PROBE = Path(__file__).with_name("device_prefill_probe.py")
 GEMMS = [("bf16", 4096, 28672, m) for m in (64, 256, 537, 2048, 8160)] + \
         [("fp8", 8192, 57344, m) for m in (64, 537, 2048, 8160)]
 DUTY = [(100, 100), (200, 50), (50, 200)]
-
-
-def _clocks() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("prefill_probe", PREFILL_PROBE)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.Clocks
 
 
 def _gemm(ctx: Any, dtype: str, k: int, n: int, m: int) -> Any:
@@ -57,7 +47,7 @@ def _attention(ctx: Any, q_lens: list[int], k_lens: list[int]) -> Any:
     return lambda i: _flash_paged(ctx, caches[i % 2])
 
 
-def sustained(ctx: Any, fn: Any, seconds: float, clocks_cls: Any, on_ms: float = 0,
+def sustained(ctx: Any, fn: Any, seconds: float, on_ms: float = 0,
               off_ms: float = 0) -> dict[str, Any]:
     """``fn`` back to back (or ``on_ms`` busy / ``off_ms`` idle) for ``seconds`` after a 1.5 s pause:
     per-call (start seconds, milliseconds) and the clock samples."""
@@ -67,7 +57,7 @@ def sustained(ctx: Any, fn: Any, seconds: float, clocks_cls: Any, on_ms: float =
     time.sleep(1.5)
     calls: list[tuple[float, float]] = []
     t0, i = time.perf_counter(), 0
-    with clocks_cls() as clocks:
+    with Clocks() as clocks:
         while time.perf_counter() - t0 < seconds:
             burst_start = time.perf_counter()
             while True:
@@ -102,19 +92,19 @@ def main() -> None:
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--seconds", type=float, default=2.5)
     args = p.parse_args()
-    ctx, clocks_cls = make_context("cuda"), _clocks()
+    ctx = make_context("cuda")
     rows: list[dict[str, Any]] = []
     for dtype, k, n, m in GEMMS:
-        r = sustained(ctx, _gemm(ctx, dtype, k, n, m), args.seconds, clocks_cls)
+        r = sustained(ctx, _gemm(ctx, dtype, k, n, m), args.seconds)
         rows.append({"kernel": "gemm", "dtype": dtype, "K": k, "N": n, "M": m, **r})
     ctx.clear()
     for label, q, kk in (("prefill ctx=8160", [8160], [16320]), ("decode 256 x 1024", [1] * 256, [1024] * 256)):
-        r = sustained(ctx, _attention(ctx, q, kk), args.seconds, clocks_cls)
+        r = sustained(ctx, _attention(ctx, q, kk), args.seconds)
         rows.append({"kernel": "attention", "case": label, **r})
         ctx.clear()
     big = _gemm(ctx, "bf16", 4096, 28672, 8160)
     for on, off in DUTY:
-        r = sustained(ctx, big, 3.0, clocks_cls, on_ms=on, off_ms=off)
+        r = sustained(ctx, big, 3.0, on_ms=on, off_ms=off)
         rows.append({"kernel": "gemm-duty", "dtype": "bf16", "M": 8160, "on_ms": on, "off_ms": off, **r})
     for r in rows:
         duty = f" {r['on_ms']}/{r['off_ms']}" if "on_ms" in r else ""

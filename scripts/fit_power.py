@@ -59,8 +59,8 @@ def profile_gemm_ms(gemm: pd.DataFrame, m: int) -> float:
 def profile_prefill_ms(attn: pd.DataFrame, ctx: int) -> float:
     rows = attn[(attn["phase"] == "prefill") & (attn["hq"] == 32) & (attn["hkv"] == 8) & (attn["d"] == 128)
                 & (attn["impl"] == "vllm-fa3-paged") & (attn["q"] == 8192) & (attn["status"] == "ok")]
-    ref = 2 * ctx  # the probe's context is 8,160 x k; the grid's 8,192 x k
-    row = rows.iloc[(rows["ctx"] - ref * 8192 / (2 * CHUNK)).abs().argmin()]
+    # the probe's context is k x 8,160 tokens; the grid's row at the same k x 8,192
+    row = rows.iloc[(rows["ctx"] - ctx * 8192 / CHUNK).abs().argmin()]
     return float(row["median_s"]) * 1e3 * pairs(CHUNK, ctx) / pairs(8192, int(row["ctx"]))
 
 
