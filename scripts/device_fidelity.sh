@@ -11,6 +11,7 @@
 #                                                # (e.g. paged-prefill msteps-high marlin fp8-kv window)
 #   bash scripts/device_fidelity.sh probe        # a long prefill chunk: alone, beside decodes, sustained
 #   bash scripts/device_fidelity.sh power        # kernels at the power cap: fresh against sustained, duty cycles
+#   bash scripts/device_fidelity.sh int4         # 4-bit Machete with and without zero points, bursts and sustained
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh trace NAME ARGS...  # scripts/device_trace.py ARGS into $OUT/NAME.tar.gz
 #
@@ -72,6 +73,11 @@ probe() {
 power() {
   unpack || return 1
   python3 scripts/device_power_probe.py --out "$OUT" "$@"
+}
+
+int4() {
+  unpack || return 1
+  python3 scripts/device_int4_probe.py --out "$OUT" "$@"
 }
 
 live() {

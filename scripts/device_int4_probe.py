@@ -1,0 +1,101 @@
+"""vLLM's 4-bit Machete GEMM with and without zero points, in bursts and at the power cap (issue 17).
+
+The profile's 4-bit rows time Machete on symmetric GPTQ-style weights (``uint4b8``, bf16 group
+scales).  vLLM 0.25.1 runs an AWQ checkpoint through the same kernel with zero points
+(``uint4`` weights, the zeros pre-multiplied by the scales as a bf16 ``b_group_zeros`` tensor:
+``MacheteLinearKernel.process_weights_after_loading``).  Two questions, on Llama-3.1-70B's four
+linear shapes:
+
+1. **Zero points**: each shape over 1-8,192 rows, symmetric and with zero points, timed the way
+   the calibration grid times a point (:mod:`latsim.calibration.timing`: a burst of calls after a
+   GPU sleep, rotation sets against the L2).
+2. **The power cap**: the gate_up GEMM of 537-8,160 rows back to back for ``--seconds`` after an
+   idle pause, every call timed (``device_power_probe.sustained``): its full-clock and its
+   capped time, for the 4-bit pair of ``scripts/fit_power.py``.
+
+Writes ``$OUT/int4_probe.json``; from the repository root on the GPU machine with vLLM
+importable (``scripts/device_fidelity.sh int4``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from device_power_probe import _summary, sustained  # scripts/ is on the path when a script runs by path
+
+from latsim.calibration.context import make_context
+from latsim.calibration.gemm import INT4_GROUP
+from latsim.calibration.timing import rotation_sets
+
+SHAPES = {"qkv": (8192, 10240), "o": (8192, 8192), "gate_up": (8192, 57344), "down": (28672, 8192)}
+ROWS = (1, 8, 16, 32, 64, 128, 256, 512, 537, 1024, 2048, 4096, 8192)
+SUSTAINED_ROWS = (537, 2048, 8160)
+
+
+def machete(ctx: Any, m: int, k: int, n: int, zero_points: bool) -> Any:
+    """``fn(i)``: Machete of ``m`` rows on random 4-bit weights of (K, N), over rotation sets."""
+    import torch
+    from vllm import _custom_ops as ops
+    from vllm.scalar_type import scalar_types
+
+    b_type = scalar_types.uint4 if zero_points else scalar_types.uint4b8
+    sets = rotation_sets(k * n / 2, ctx.l2_bytes, max_sets=8)
+    packs = []
+    for _ in range(sets):
+        q = torch.randint(0, 2**31 - 1, (k // 8, n), dtype=torch.int32, device="cuda")
+        w = ops.machete_prepack_B(q.t().contiguous().t(), a_type=torch.bfloat16, b_type=b_type,
+                                  group_scales_type=torch.bfloat16)
+        s = torch.randn(k // INT4_GROUP, n, device="cuda", dtype=torch.bfloat16) * 0.01
+        z = -s * torch.randint(0, 16, s.shape, device="cuda").to(torch.bfloat16) if zero_points else None
+        packs.append((w, s, z))
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+
+    def fn(i: int) -> Any:
+        w, s, z = packs[i % sets]
+        return ops.machete_mm(a=xs[i % sets], b_q=w, b_type=b_type, b_group_scales=s, b_group_zeros=z,
+                              b_group_size=INT4_GROUP)
+    fn(0)
+    torch.cuda.synchronize()
+    return fn
+
+
+def bursts(ctx: Any) -> list[dict[str, Any]]:
+    rows = []
+    for name, (k, n) in SHAPES.items():
+        for m in ROWS:
+            row: dict[str, Any] = {"shape": name, "K": k, "N": n, "M": m}
+            for zp in (False, True):
+                t = ctx.timer.time(machete(ctx, m, k, n, zp))
+                row["zp_s" if zp else "sym_s"] = t.median_s
+            ctx.torch.cuda.empty_cache()
+            print(f"{name:>8} M={m:>5}  sym {row['sym_s'] * 1e6:9.1f} us  zp {row['zp_s'] * 1e6:9.1f} us"
+                  f"  zp/sym {row['zp_s'] / row['sym_s']:.3f}", flush=True)
+            rows.append(row)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--seconds", type=float, default=2.5)
+    args = p.parse_args()
+    ctx = make_context("cuda")
+    out: dict[str, Any] = {"gpu": ctx.torch.cuda.get_device_name(0), "group_size": INT4_GROUP,
+                           "bursts": bursts(ctx), "sustained": []}
+    k, n = SHAPES["gate_up"]
+    for zp in (False, True):
+        for m in SUSTAINED_ROWS:
+            r = sustained(ctx, machete(ctx, m, k, n, zp), args.seconds)
+            print(f"sustained gate_up {'zp ' if zp else 'sym'} M={m:>5}  {_summary(r)}", flush=True)
+            out["sustained"].append({"kernel": "gemm", "dtype": "int4", "zero_points": zp, "K": k, "N": n,
+                                     "M": m, **r})
+            ctx.torch.cuda.empty_cache()
+    Path(args.out, "int4_probe.json").write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
