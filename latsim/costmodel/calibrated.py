@@ -163,16 +163,38 @@ class CalibratedCostModel:
         total = total + (self._decode(d, float(x[DKV]), float(x[WDKV])) if d > 0 else 0.0)
         return float(total + self._fixed_s(x))
 
-    def heavy_s(self, batch: BatchShape) -> float:
-        """Seconds of the step's price that the power data covers: its GEMMs and per-token
-        operators when the weights are 16-bit, and its prefill attention when the KV cache is."""
+    def heavy_parts(self, batch: BatchShape) -> tuple[float, float, float]:
+        """``(heavy seconds, full-clock ratio, capped ratio)`` of a step (:mod:`latsim.costmodel.power`):
+        the seconds of its price the power data covers (its GEMMs and per-token operators when
+        their GEMM class has ratios, its prefill attention when the KV cache is 16-bit) and their
+        ratios, averaged by seconds over the two; ``(0.0, 1.0, 1.0)`` when none is covered."""
+        cap = self.power
+        if cap is None:
+            return 0.0, 1.0, 1.0
         x = self._features(batch)
-        heavy = 0.0
-        if self.weight_dtype in SIXTEEN_BIT and x[T] > 0:
-            heavy = interp1(self.tables.t_knots, self.tables.per_token, float(x[T]))
-        if self.kv_dtype in SIXTEEN_BIT:
-            heavy += self._prefill(batch, x)
-        return heavy
+        gemm_r = cap.ratios(self._gemm_class)
+        attn_r = cap.ratios("bf16") if self.kv_dtype in SIXTEEN_BIT else None
+        gemm = interp1(self.tables.t_knots, self.tables.per_token, float(x[T])) if gemm_r and x[T] > 0 else 0.0
+        attn = self._prefill(batch, x) if attn_r else 0.0
+        heavy = gemm + attn
+        if heavy <= 0.0:
+            return 0.0, 1.0, 1.0
+        if attn <= 0.0 and gemm_r:
+            return heavy, gemm_r[0], gemm_r[1]
+        if attn_r and (gemm <= 0.0 or gemm_r == attn_r):
+            return heavy, attn_r[0], attn_r[1]
+        assert gemm_r and attn_r
+        return (heavy, (gemm * gemm_r[0] + attn * attn_r[0]) / heavy, (gemm * gemm_r[1] + attn * attn_r[1]) / heavy)
+
+    @property
+    def _gemm_class(self) -> str:
+        """The power data's class of this deployment's linear layers: ``bf16`` (16-bit weights),
+        ``int4`` (vLLM's W4A16 kernels), ``fp8`` (W8A8 fp8), else the weight dtype (not covered)."""
+        if self.weight_dtype in SIXTEEN_BIT:
+            return "bf16"
+        if self.shard.w4a16:
+            return "int4"
+        return "fp8" if self.shard.gemm_dtype == "fp8" else f"other-{self.weight_dtype}"
 
     def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
         """Times of ``steps`` decode-only steps (context ``kv_tokens + i * seqs``); element ``i``

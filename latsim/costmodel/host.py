@@ -145,10 +145,11 @@ class HostOverlapCostModel:
             return gpu if gpu > host else host
         return gpu + host
 
-    def heavy_s(self, batch: BatchShape) -> float:
-        """The inner model's heavy seconds (:mod:`latsim.costmodel.power`) at this GPU-time scale."""
-        heavy: float = self.inner.heavy_s(batch) * self._scale  # type: ignore[attr-defined]
-        return heavy
+    def heavy_parts(self, batch: BatchShape) -> tuple[float, float, float]:
+        """The inner model's heavy seconds (:mod:`latsim.costmodel.power`) at this GPU-time scale,
+        with their full-clock and capped ratios."""
+        heavy, full, capped = self.inner.heavy_parts(batch)  # type: ignore[attr-defined]
+        return heavy * self._scale, full, capped
 
     def parts(self, batch: BatchShape) -> tuple[float, float]:
         """``(GPU seconds, host seconds)`` of one step: :meth:`step_time` is their ``max`` when

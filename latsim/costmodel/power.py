@@ -12,15 +12,18 @@ fast and the reference engine apply it at the same steps):
 
 - a step is *heavy* when it runs prefill work and at least :attr:`PowerCap.heavy_tokens` tokens;
   its heavy seconds are the cost model's price of the kernels the power data covers
-  (:meth:`~latsim.costmodel.calibrated.CalibratedCostModel.heavy_s`: bf16 GEMMs and bf16
-  prefill attention), every other step is light;
+  (:meth:`~latsim.costmodel.calibrated.CalibratedCostModel.heavy_parts`: bf16 GEMMs, the
+  quantized GEMMs of a class with its own ratios, bf16 prefill attention), every other step is
+  light;
 - the GPU holds a *budget* of heavy seconds it may run at full clock, at most ``budget_s``: heavy
   work spends it, light work and idle time refill it at ``refill`` seconds per second (refilled
   lazily at the next heavy step, so decode runs need no work).  Within a heavy step its light
   share refills as the heavy share spends; once the budget is gone the rest of the step's heavy
   work runs at the cap;
 - heavy seconds at full clock cost ``full_clock_ratio`` x the profile's price, at the cap
-  ``capped_ratio`` x.
+  ``capped_ratio`` x; a quantized GEMM class measured on its own (``gemm_ratios``: ``fp8`` W8A8
+  CUTLASS, ``int4`` W4A16 Machete) has its own pair, and a step mixing classes pays their
+  average weighted by seconds.
 
 On the H200 the clock held for 30-50 ms of back-to-back GEMMs from idle, recovered fully in a
 200 ms pause, half in 100 ms and little in 50 ms (duty cycles of ``data/power/``): a budget of
@@ -42,6 +45,8 @@ from typing import Any
 
 POWER_FILE = "power.json"
 FIELDS = ("full_clock_ratio", "capped_ratio", "budget_s", "refill", "heavy_tokens")
+GEMM_CLASSES = ("fp8", "int4")
+"""Quantized GEMM classes that may carry their own ratios (``power.json``'s ``gemms``)."""
 
 
 @dataclass(frozen=True)
@@ -54,17 +59,38 @@ class PowerCap:
     refill: float
     heavy_tokens: int
     source: str = ""
+    gemm_ratios: tuple[tuple[str, float, float], ...] = ()
+    """``(class, full-clock ratio, capped ratio)`` of each quantized GEMM class measured on its own
+    (:data:`GEMM_CLASSES`); bf16 GEMMs and prefill attention use the two ratios above."""
 
     def __post_init__(self) -> None:
         checks = {"full_clock_ratio": 0.5 <= self.full_clock_ratio <= 2.0,
                   "capped_ratio": 0.5 <= self.capped_ratio <= 2.0,
                   "budget_s": 0.0 <= self.budget_s < 10.0, "refill": 0.0 < self.refill < 100.0,
                   "heavy_tokens": self.heavy_tokens >= 1}
+        for name, full, capped in self.gemm_ratios:
+            checks[f"gemm_ratios[{name!r}]"] = name in GEMM_CLASSES and 0.5 <= full <= 2.0 and 0.5 <= capped <= 2.0
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
-            values = ", ".join(f"{n}={getattr(self, n)!r}" for n in bad)
+            values = ", ".join(f"{n}={self._value(n)!r}" for n in bad)
             raise ValueError(f"power cap {self.source or '(argument)'}: {values} out of range (ratios "
-                             "0.5-2, budget_s in [0, 10), refill in (0, 100), heavy_tokens >= 1)")
+                             "0.5-2, budget_s in [0, 10), refill in (0, 100), heavy_tokens >= 1, GEMM classes "
+                             f"{', '.join(GEMM_CLASSES)})")
+
+    def _value(self, name: str) -> Any:
+        if name.startswith("gemm_ratios["):
+            return next(r for r in self.gemm_ratios if f"[{r[0]!r}]" in name)
+        return getattr(self, name)
+
+    def ratios(self, gemm_class: str) -> tuple[float, float] | None:
+        """``(full-clock ratio, capped ratio)`` of a GEMM class (``bf16`` or one of
+        :data:`GEMM_CLASSES`), None when the power data does not cover it."""
+        if gemm_class == "bf16":
+            return self.full_clock_ratio, self.capped_ratio
+        for name, full, capped in self.gemm_ratios:
+            if name == gemm_class:
+                return full, capped
+        return None
 
 
 def load_power_cap(folder: Path) -> PowerCap | None:
@@ -76,10 +102,12 @@ def load_power_cap(folder: Path) -> PowerCap | None:
     try:
         data: dict[str, Any] = json.loads(path.read_text())
         values = {name: data[name] for name in FIELDS}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        gemms = tuple((str(name), float(r["full_clock_ratio"]), float(r["capped_ratio"]))
+                      for name, r in sorted(data.get("gemms", {}).items()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a power-cap file ({exc!r}); rebuild it with scripts/fit_power.py") from exc
     return PowerCap(float(values["full_clock_ratio"]), float(values["capped_ratio"]), float(values["budget_s"]),
-                    float(values["refill"]), int(values["heavy_tokens"]), str(path))
+                    float(values["refill"]), int(values["heavy_tokens"]), str(path), gemms)
 
 
 class PowerClock:
@@ -98,7 +126,7 @@ class PowerClock:
         cap: PowerCap | None = getattr(cost, "power", None)
         if cap is None or shape.prefill_tokens <= 0 or shape.num_tokens < cap.heavy_tokens:
             return end
-        heavy = cost.heavy_s(shape)
+        heavy, full_ratio, capped_ratio = cost.heavy_parts(shape)
         dur = end - start
         if heavy <= 0.0 or dur <= 0.0:
             return end
@@ -113,6 +141,6 @@ class PowerClock:
             left = left if left < cap.budget_s else cap.budget_s
         else:
             full, left = heavy * budget / spend, 0.0
-        end = start + dur + full * (cap.full_clock_ratio - 1.0) + (heavy - full) * (cap.capped_ratio - 1.0)
+        end = start + dur + full * (full_ratio - 1.0) + (heavy - full) * (capped_ratio - 1.0)
         self.budget, self.last_end = left, end
         return end

@@ -23,8 +23,9 @@ class HeavyCost:
     def __init__(self, cap: PowerCap | None = CAP, heavy_share: float = 1.0, step_s: float = 0.1) -> None:
         self.power, self.heavy_share, self.step_s = cap, heavy_share, step_s
 
-    def heavy_s(self, shape: BatchShape) -> float:
-        return self.step_s * self.heavy_share
+    def heavy_parts(self, shape: BatchShape) -> tuple[float, float, float]:
+        assert self.power is not None
+        return self.step_s * self.heavy_share, self.power.full_clock_ratio, self.power.capped_ratio
 
 
 def run(clock: PowerClock, cost: HeavyCost, starts: list[float], dur: float = 0.1) -> list[float]:
@@ -99,15 +100,54 @@ def test_power_file_loads_is_optional_and_a_broken_one_is_named(tmp_path: Path) 
     assert cap is not None and cap.budget_s == 0.05 and cap.source.endswith("power.json")
 
 
+def test_quantized_gemm_ratios_load_and_bad_ones_are_named(tmp_path: Path) -> None:
+    terms = {"full_clock_ratio": 0.9, "capped_ratio": 1.1, "budget_s": 0.05, "refill": 0.5, "heavy_tokens": 2048}
+    (tmp_path / "power.json").write_text(json.dumps({**terms, "gemms": {
+        "int4": {"full_clock_ratio": 0.85, "capped_ratio": 0.95}, "fp8": {"full_clock_ratio": 0.8, "capped_ratio": 1.2}}}))
+    cap = load_power_cap(tmp_path)
+    assert cap is not None and cap.ratios("int4") == (0.85, 0.95) and cap.ratios("fp8") == (0.8, 1.2)
+    assert cap.ratios("bf16") == (0.9, 1.1) and cap.ratios("int8") is None
+    with pytest.raises(ValueError, match="int3"):
+        PowerCap(**terms, gemm_ratios=(("int3", 0.9, 1.1),))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="fp8"):
+        PowerCap(**terms, gemm_ratios=(("fp8", 0.9, 4.0),))  # type: ignore[arg-type]
+    (tmp_path / "power.json").write_text(json.dumps({**terms, "gemms": {"int4": {"full_clock_ratio": 0.85}}}))
+    with pytest.raises(ValueError, match=r"power\.json.*fit_power"):
+        load_power_cap(tmp_path)
+
+
+def test_a_step_mixing_gemm_classes_pays_their_average_by_seconds() -> None:
+    """An AWQ-class 4-bit model: its GEMMs at the int4 pair, its bf16 prefill attention at the bf16
+    pair, the step at their average weighted by seconds; an fp8 cache leaves only the GEMMs."""
+    from dataclasses import replace
+
+    from latsim.catalog.lookup import load_device, load_model
+    from latsim.costmodel.calibrated import load_calibrated
+
+    long_prefill = BatchShape.from_chunks([(8192, 16384)], [])
+    cm = load_calibrated(load_model("llama-3.1-8b"), load_device("h200"), weight_dtype="int4")
+    assert cm.power is not None
+    cm.power = replace(cm.power, gemm_ratios=(("int4", 0.6, 1.9),))
+    heavy, full, capped = cm.heavy_parts(long_prefill)
+    assert 0.6 < full < cm.power.full_clock_ratio and cm.power.capped_ratio < capped < 1.9
+    gemm_only = load_calibrated(load_model("llama-3.1-8b"), load_device("h200"), weight_dtype="int4", kv_dtype="fp8")
+    gemm_only.power = cm.power
+    g_heavy, g_full, g_capped = gemm_only.heavy_parts(long_prefill)
+    assert (g_full, g_capped) == (0.6, 1.9) and 0.0 < g_heavy < heavy
+    cm.power = replace(cm.power, gemm_ratios=())  # no int4 data: only the attention is covered
+    a_heavy, a_full, a_capped = cm.heavy_parts(long_prefill)
+    assert a_heavy == pytest.approx(heavy - g_heavy, rel=0.01) and (a_full, a_capped) == (cm.power.full_clock_ratio,
+                                                                                  cm.power.capped_ratio)
+
+
 def test_the_shipped_h200_profile_carries_its_fitted_power_cap() -> None:
     from latsim.catalog.lookup import load_device, load_model
     from latsim.costmodel.calibrated import load_calibrated
 
     cm = load_calibrated(load_model("llama-3.1-8b"), load_device("h200"))
     assert cm.power is not None and cm.power.capped_ratio > 1.0 > cm.power.full_clock_ratio
-    assert cm.heavy_s(PREFILL) > 0.0 and cm.heavy_s(PREFILL) < cm.step_time(PREFILL)
-    fp8 = load_calibrated(load_model("llama-3.1-8b"), load_device("h200"), weight_dtype="fp8", kv_dtype="fp8")
-    assert fp8.heavy_s(PREFILL) == 0.0  # quantized kernels: no power data
+    heavy, full, capped = cm.heavy_parts(PREFILL)
+    assert 0.0 < heavy < cm.step_time(PREFILL) and (full, capped) == (cm.power.full_clock_ratio, cm.power.capped_ratio)
 
 
 def test_the_duty_cycles_of_the_measurement_order_as_measured() -> None:
