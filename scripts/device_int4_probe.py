@@ -36,8 +36,10 @@ ROWS = (1, 8, 16, 32, 64, 128, 256, 512, 537, 1024, 2048, 4096, 8192)
 SUSTAINED_ROWS = (537, 2048, 8160)
 
 
-def machete(ctx: Any, m: int, k: int, n: int, zero_points: bool) -> Any:
-    """``fn(i)``: Machete of ``m`` rows on random 4-bit weights of (K, N), over rotation sets."""
+def machete(ctx: Any, m: int, k: int, n: int, zero_points: bool, weights: str = "random") -> Any:
+    """``fn(i)``: Machete of ``m`` rows on 4-bit weights of (K, N), over rotation sets; ``weights``
+    ``random`` (every nibble uniform) or ``empty`` (``torch.empty``, what vLLM's dummy loader
+    leaves in an integer tensor on CUDA) or ``zeros``."""
     import torch
     from vllm import _custom_ops as ops
     from vllm.scalar_type import scalar_types
@@ -46,7 +48,10 @@ def machete(ctx: Any, m: int, k: int, n: int, zero_points: bool) -> Any:
     sets = rotation_sets(k * n / 2, ctx.l2_bytes, max_sets=8)
     packs = []
     for _ in range(sets):
-        q = torch.randint(0, 2**31 - 1, (k // 8, n), dtype=torch.int32, device="cuda")
+        if weights == "random":
+            q = torch.randint(0, 2**31 - 1, (k // 8, n), dtype=torch.int32, device="cuda")
+        else:
+            q = (torch.empty if weights == "empty" else torch.zeros)((k // 8, n), dtype=torch.int32, device="cuda")
         w = ops.machete_prepack_B(q.t().contiguous().t(), a_type=torch.bfloat16, b_type=b_type,
                                   group_scales_type=torch.bfloat16)
         s = torch.randn(k // INT4_GROUP, n, device="cuda", dtype=torch.bfloat16) * 0.01
@@ -78,12 +83,50 @@ def bursts(ctx: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def dummy_weights(ctx: Any, seconds: float, ms: list[int]) -> list[dict[str, Any]]:
+    """The gate_up GEMM on random against dummy-loader weights, sustained: does the weights'
+    content move the clock (a power effect) and the time?"""
+    import torch
+    from vllm import _custom_ops as ops
+
+    k, n = SHAPES["gate_up"]
+    rows = []
+    for m in ms:
+        for weights in ("random", "empty", "zeros"):
+            r = sustained(ctx, machete(ctx, m, k, n, False, weights), seconds)
+            print(f"int4 {weights:>6} M={m:>5}  {_summary(r)}", flush=True)
+            rows.append({"dtype": "int4", "weights": weights, "M": m, **r})
+            torch.cuda.empty_cache()
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        sa, sb = torch.ones((m, 1), device="cuda"), torch.ones((1, n), device="cuda")
+        for weights in ("randn", "dummy"):
+            w = torch.randn(n, k, device="cuda")
+            w8 = (w if weights == "randn" else w.uniform_(-1e-3, 1e-3)).to(torch.float8_e4m3fn)
+            del w
+
+            def fp8(i: int, w8: Any = w8, a: Any = a, sa: Any = sa, sb: Any = sb) -> Any:
+                return ops.cutlass_scaled_mm(a, w8.t(), sa, sb, out_dtype=torch.bfloat16)
+            r = sustained(ctx, fp8, seconds)
+            print(f"fp8  {weights:>6} M={m:>5}  {_summary(r)}", flush=True)
+            rows.append({"dtype": "fp8", "weights": weights, "M": m, **r})
+            del w8
+            torch.cuda.empty_cache()
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--seconds", type=float, default=2.5)
+    p.add_argument("--dummy-weights", action="store_true", help="only the random against dummy weights check")
+    p.add_argument("--dummy-rows", type=lambda v: [int(x) for x in v.split(",")], default=[2048, 8160])
     args = p.parse_args()
     ctx = make_context("cuda")
+    if args.dummy_weights:
+        rows = dummy_weights(ctx, args.seconds, args.dummy_rows)
+        Path(args.out, "dummy_weights_probe.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),
+                                                                         "rows": rows}))
+        return
     out: dict[str, Any] = {"gpu": ctx.torch.cuda.get_device_name(0), "group_size": INT4_GROUP,
                            "bursts": bursts(ctx), "sustained": []}
     k, n = SHAPES["gate_up"]

@@ -50,10 +50,20 @@ def pairs(q: int, ctx: int) -> float:
     return q * ctx + q * (q + 1) / 2
 
 
-def profile_gemm_ms(gemm: pd.DataFrame, m: int) -> float:
-    rows = gemm[(gemm["dtype"] == "bf16") & (gemm["K"] == GATE_UP[0]) & (gemm["N"] == GATE_UP[1])
+def profile_gemm_ms(gemm: pd.DataFrame, m: int, dtype: str = "bf16", shape: tuple[int, int] = GATE_UP) -> float | None:
+    """The profile's time of the GEMM (interpolated linearly in M), None past its largest row."""
+    rows = gemm[(gemm["dtype"] == dtype) & (gemm["K"] == shape[0]) & (gemm["N"] == shape[1])
                 & (gemm["status"] == "ok")].sort_values("M")
+    if rows.empty or m > rows["M"].max():
+        return None
     return float(np.interp(m, rows["M"], rows["median_s"])) * 1e3
+
+
+def _bf16_gemm_ms(gemm: pd.DataFrame, m: int) -> float:
+    ms = profile_gemm_ms(gemm, m)
+    if ms is None:
+        raise SystemExit(f"the profile has no bf16 gate_up row at or above M={m}")
+    return ms
 
 
 def profile_prefill_ms(attn: pd.DataFrame, ctx: int) -> float:
@@ -77,7 +87,7 @@ def ratio_pairs(prefill: dict[str, Any], power: dict[str, Any], gemm: pd.DataFra
     out = []
     sus = {(r["case"], r.get("ctx")): r for r in prefill["sustained"]}
     g = sus[("gate_up-sustained", None)]["ms"]
-    out.append({"kernel": f"bf16 GEMM {GATE_UP[0]}x{GATE_UP[1]} M={CHUNK}", "profile_ms": profile_gemm_ms(gemm, CHUNK),
+    out.append({"kernel": f"bf16 GEMM {GATE_UP[0]}x{GATE_UP[1]} M={CHUNK}", "profile_ms": _bf16_gemm_ms(gemm, CHUNK),
                 "full_ms": _first_ms(g), "capped_ms": float(np.median(g))})
     for ctx in (0, 16320):
         alone = sus[("attention-sustained", ctx)]["ms"]
@@ -94,7 +104,7 @@ def ratio_pairs(prefill: dict[str, Any], power: dict[str, Any], gemm: pd.DataFra
         if r.get("case"):
             name, profile = f"FA3 prefill {CHUNK} at context 8160", profile_prefill_ms(attn, 8160)
         else:
-            name, profile = f"bf16 GEMM {GATE_UP[0]}x{GATE_UP[1]} M={r['M']}", profile_gemm_ms(gemm, r["M"])
+            name, profile = f"bf16 GEMM {GATE_UP[0]}x{GATE_UP[1]} M={r['M']}", _bf16_gemm_ms(gemm, r["M"])
         out.append({"kernel": name + " (power probe)", "profile_ms": profile, "full_ms": full, "capped_ms": capped})
     return out
 
@@ -105,6 +115,41 @@ def _fresh_and_capped(row: dict[str, Any]) -> tuple[float, float]:
     calls = np.asarray(row["calls"])
     window = (calls[:, 0] >= 0.5) & (calls[:, 0] < 1.0)
     return float(np.median(calls[1:9, 1])), float(np.median(calls[window, 1]))
+
+
+def quantized_pairs(power: dict[str, Any], int4: dict[str, Any], gemm: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """Per quantized GEMM class, (kernel, profile ms, full-clock ms, capped ms) of every sustained
+    run of at least ``HEAVY_TOKENS`` rows: vLLM's CUTLASS fp8 GEMMs (``power_probe.json.gz``) and
+    Machete 4-bit GEMMs, symmetric and with zero points (``int4_probe.json.gz``), each over the
+    profile's row of the same shape and dtype (the 4-bit rows are symmetric Machete); a run past
+    the profile's largest row of its shape has no pair (the fp8 grid stops at 3,072 rows)."""
+    runs = {"fp8": [r for r in power["rows"] if r.get("dtype") == "fp8" and "on_ms" not in r],
+            "int4": int4["sustained"]}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for cls, rows in runs.items():
+        for r in rows:
+            if r["M"] < HEAVY_TOKENS:
+                continue
+            shape = (int(r["K"]), int(r["N"]))
+            profile = profile_gemm_ms(gemm, r["M"], cls, shape)
+            if profile is None:
+                continue
+            full, capped = _window_fresh_and_capped(r)
+            label = f"{cls} GEMM {shape[0]}x{shape[1]} M={r['M']}" + (" zero points" if r.get("zero_points") else "")
+            out.setdefault(cls, []).append({"kernel": label, "profile_ms": profile,
+                                            "full_ms": full, "capped_ms": capped})
+    return out
+
+
+def _window_fresh_and_capped(row: dict[str, Any], window_ms: float = 30.0) -> tuple[float, float]:
+    """A sustained run's full-clock time (the calls, the first left out, that start within
+    ``window_ms`` of the run laid end to end: a 10 ms call's second to ninth calls would run past
+    the budget) and its capped time (median of the calls starting 0.5-1.0 s in)."""
+    calls = np.asarray(row["calls"])
+    starts = np.cumsum(np.r_[0.0, calls[:-1, 1]])
+    first = calls[1:][starts[1:] < window_ms, 1]
+    window = (calls[:, 0] >= 0.5) & (calls[:, 0] < 1.0)
+    return float(np.median(first if len(first) else calls[1:2, 1])), float(np.median(calls[window, 1]))
 
 
 def duty_series(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -171,22 +216,29 @@ def main() -> None:
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     prefill_path, power_path = args.folder / "prefill_probe.json", args.folder / "power_probe.json.gz"
+    int4_path = args.folder / "int4_probe.json.gz"
     prefill = json.loads(prefill_path.read_text())
     with gzip.open(power_path, "rt") as f:
         power = json.load(f)
+    with gzip.open(int4_path, "rt") as f:
+        int4 = json.load(f)
     gemm = pd.read_parquet(args.profile / "gemm.parquet")
     attn = pd.read_parquet(args.profile / "attention.parquet")
     table = ratio_pairs(prefill, power, gemm, attn)
     full = [p["full_ms"] / p["profile_ms"] for p in table if p["full_ms"]]
     capped = [p["capped_ms"] / p["profile_ms"] for p in table]
     dynamics = fit_dynamics(power, table[0]["full_ms"])
+    gemms = {cls: {"full_clock_ratio": float(np.median([p["full_ms"] / p["profile_ms"] for p in pairs])),
+                   "capped_ratio": float(np.median([p["capped_ms"] / p["profile_ms"] for p in pairs])), "pairs": pairs}
+             for cls, pairs in quantized_pairs(power, int4, gemm).items()}
     result = {
         "full_clock_ratio": float(np.median(full)), "capped_ratio": float(np.median(capped)),
         **{k: dynamics[k] for k in ("budget_s", "refill")},
         "heavy_tokens": HEAVY_TOKENS,
-        "applies_to": "bf16 GEMMs and prefill attention of steps of at least heavy_tokens tokens",
-        "pairs": table, "dynamics_fit": dynamics,
-        "sources": {str(p): _sha(p) for p in (prefill_path, power_path, args.profile / "gemm.parquet",
+        "applies_to": "bf16 GEMMs and prefill attention of steps of at least heavy_tokens tokens; the GEMM "
+                      "classes under 'gemms' with their own ratios",
+        "pairs": table, "gemms": gemms, "dynamics_fit": dynamics,
+        "sources": {str(p): _sha(p) for p in (prefill_path, power_path, int4_path, args.profile / "gemm.parquet",
                                               args.profile / "attention.parquet")},
         "command": "python scripts/fit_power.py " + " ".join([str(args.folder), "--profile", str(args.profile),
                                                                "--write"]),

@@ -102,8 +102,9 @@ def test_power_file_loads_is_optional_and_a_broken_one_is_named(tmp_path: Path) 
 
 def test_quantized_gemm_ratios_load_and_bad_ones_are_named(tmp_path: Path) -> None:
     terms = {"full_clock_ratio": 0.9, "capped_ratio": 1.1, "budget_s": 0.05, "refill": 0.5, "heavy_tokens": 2048}
-    (tmp_path / "power.json").write_text(json.dumps({**terms, "gemms": {
-        "int4": {"full_clock_ratio": 0.85, "capped_ratio": 0.95}, "fp8": {"full_clock_ratio": 0.8, "capped_ratio": 1.2}}}))
+    gemms = {"int4": {"full_clock_ratio": 0.85, "capped_ratio": 0.95},
+             "fp8": {"full_clock_ratio": 0.8, "capped_ratio": 1.2}}
+    (tmp_path / "power.json").write_text(json.dumps({**terms, "gemms": gemms}))
     cap = load_power_cap(tmp_path)
     assert cap is not None and cap.ratios("int4") == (0.85, 0.95) and cap.ratios("fp8") == (0.8, 1.2)
     assert cap.ratios("bf16") == (0.9, 1.1) and cap.ratios("int8") is None
