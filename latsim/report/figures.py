@@ -17,7 +17,7 @@ def _cdf(ax, values: np.ndarray, **style) -> None:
 
 def validation_figure(levels, path: str | Path, title: str = "", panel_prefix: str = "") -> None:
     """Write a PNG: one row per level (TTFT and TPOT CDFs), plus p50/p99 vs offered load; every
-    panel title starts with ``panel_prefix`` (e.g. the run's name)."""
+    CDF panel's title starts with ``panel_prefix`` (e.g. the run's name) on a line of its own."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,7 +31,9 @@ def validation_figure(levels, path: str | Path, title: str = "", panel_prefix: s
         for ax, col, label in ((row[0], "ttft_s", "TTFT"), (row[1], "tpot_s", "TPOT")):
             _cdf(ax, meas[col].to_numpy() * 1e3, label="measured", color="black")
             _cdf(ax, pred[col].to_numpy() * 1e3, label="latsim", color="tab:orange", linestyle="--")
-            ax.set_title(f"{panel_prefix}{lv.level} ({lv.offered_qps:.1f} req/s): {label}")
+            what = f"{lv.level} ({lv.offered_qps:.1f} req/s): {label}"
+            # the run's name on a line of its own: beside the level it overflowed into the next panel
+            ax.set_title(f"{panel_prefix.rstrip(', ')}\n{what}" if panel_prefix else what, fontsize=9)
             ax.set_xlabel("ms")
             ax.legend(loc="lower right")
     qps = [lv.offered_qps for lv in poisson]

@@ -47,6 +47,7 @@ def summary_figure(levels: list[Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     runs = group_runs(levels)
     fig, axes = plt.subplots(2, 2, figsize=(16, 11))
@@ -67,6 +68,8 @@ def summary_figure(levels: list[Any], path: Path) -> None:
             ax.fill_between(line, line / 1.25, line * 1.25, color="gray", alpha=0.15, label="+-25 %")
         ax.set(xscale="log", yscale="log", xlabel=f"measured {label} (ms)", ylabel=f"latsim {label} (ms)",
                title=f"{label}: P50 (circles), P99 (squares), every level")
+        for axis in (ax.xaxis, ax.yaxis):  # a narrow range labels minor ticks too, and they collide
+            axis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=6, frameon=False)
