@@ -30,7 +30,7 @@ from latsim.costmodel import power as power_module
 from latsim.validate.compare import compare_run
 
 sys.path.insert(0, str(Path(__file__).parent))
-from power_summary import live_clocks  # noqa: E402  (a neighbour script)
+from power_summary import live_clocks  # a neighbour script
 
 
 class Watch:
