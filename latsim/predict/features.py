@@ -59,7 +59,8 @@ BASELINE_COLUMNS = tuple(f"log_first_token_at_load_{q}_ms" for q in ("p50", "p90
 """Columns :func:`features_at` adds beside the :data:`FEATURES`, for the baselines only
 (:func:`latsim.predict.surrogate.baseline_ms`): the first token of the prompt at the input lengths'
 P50/P90/P99 beside the decode batch the load implies (:func:`first_token_at_load`)."""
-_HIDDEN = ("capacity_rps", "batch", "_prompt_step_ms", "_prompt_launch_ms", *(f"_step_{g}" for g in BATCH_GRID),
+_HIDDEN = ("capacity_rps", "batch", "_prompt_step_ms", "_prompt_launch_ms", "_input_median",
+           *(f"_step_{g}" for g in BATCH_GRID),
            *(f"_first_{q}_{g}" for q in ("p50", "p90", "p99") for g in BATCH_GRID))
 
 
@@ -390,7 +391,8 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
         at.update({b: first_token_s(cost, engine.max_num_batched_tokens, x, prefix_share, ctx, b)
                    for b in sorted({min(g, seqs) for g in BATCH_GRID} - {1})})
         loaded += [at[min(g, seqs)] * 1e3 for g in BATCH_GRID]
-    return (*(float(x) for x in row), saturated, batch, prompt_step * 1e3, prompt_launch * 1e3, *grid, *loaded)
+    return (*(float(x) for x in row), saturated, batch, prompt_step * 1e3, prompt_launch * 1e3, float(in_median),
+            *grid, *loaded)
 
 
 @lru_cache(maxsize=4096)

@@ -1,0 +1,105 @@
+"""A small deterministic simulation of one replica's prompt queue, vectorised across configurations.
+
+The surrogate's mean-value features price a prompt on its own (:func:`latsim.predict.features.first_token_at_load`);
+where prompts take most of a replica's time they also wait for each other: vLLM v1 gives every
+step one token budget, the running decodes first, then the waiting prompts first come first
+served, so a prompt that arrives behind others waits for their chunks, and short prompts that
+arrive together share a step.  :func:`prompt_queue` replays one fixed stream of requests (common
+random numbers: the same seeded Poisson gaps, prompt-length draws and step phases for every
+configuration, so the answer is deterministic and smooth in the rate) through that queue for
+every configuration at once, a loop over the requests with arrays over the configurations.
+
+The model of a replica at rate ``r`` whose running batch is ``n`` decodes (the batch at the
+load, :func:`latsim.predict.features.step_at_load`): a step lasts the decode step ``d`` at ``n``
+plus ``c`` per prompt token in it, ``c`` the mean prompt's extra time over the decode step
+(:func:`latsim.predict.features.prompt_loads`'s extra load over ``r``) per uncached token; a step
+holds at most ``budget - n`` prompt tokens.  A request arriving at an idle prompt queue starts
+at the next step boundary (a fixed uniform phase of ``d`` later, ``d`` scaled by ``min(n, 1)``:
+an idle engine starts at once); one arriving while a step with room runs... waits for it to end;
+one arriving before the last scheduled step started joins it while it has room.  Its first
+token comes at the end of the step that takes its last prompt token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+RUN_REQUESTS = 1600
+"""Requests of the replayed stream over all replicas (the training runs' length): replica 0 of
+``R`` round-robin replicas gets every ``R``-th of them."""
+_SEED = 20261216
+_rng = np.random.default_rng(_SEED)
+_GAPS = _rng.standard_exponential(RUN_REQUESTS)
+_ARRIVALS = np.concatenate([[0.0], np.cumsum(_GAPS[1:])])
+"""Arrival times of the stream at rate 1 (the recipe's trace: the first request at 0)."""
+_Z = _rng.standard_normal(RUN_REQUESTS)
+_PHASE = _rng.uniform(size=RUN_REQUESTS)
+QUANTILES = (0.5, 0.9, 0.99)
+_BLOCK = 16384
+
+
+def prompt_queue(rate: np.ndarray, replicas: np.ndarray, decode_s: np.ndarray, token_s: np.ndarray,
+                 launch_s: np.ndarray, room: np.ndarray, busy: np.ndarray, input_median: np.ndarray,
+                 input_sigma: np.ndarray, prefix_share: np.ndarray, clip: tuple[int, int]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``(sojourn, alone)``: per configuration (row) the :data:`QUANTILES` (columns) over the
+    replica's requests of the seconds from a request's arrival to the end of the step that takes
+    its last prompt token, in the queue and alone (the same request on an idle queue: its phase,
+    its steps).
+
+    ``rate`` is the offered rate over all ``replicas`` (req/s); a step with ``x`` > 0 prompt
+    tokens lasts ``max(decode_s + token_s x, launch_s)`` and holds at most ``room`` of them;
+    ``busy`` scales the phase (the share of a decode step an arrival on an idle queue waits);
+    prompt lengths are lognormal(``input_median``, ``input_sigma``) rounded and clipped to
+    ``clip``, of which ``prefix_share`` is cached."""
+    n = len(rate)
+    sojourn = np.empty((n, len(QUANTILES)))
+    alone = np.empty((n, len(QUANTILES)))
+    reps = np.asarray(replicas).astype(int)
+    cols = (rate, decode_s, token_s, launch_s, room, busy, input_median, input_sigma, prefix_share)
+    for k in np.unique(reps):
+        rows = np.flatnonzero(reps == k)
+        for start in range(0, len(rows), _BLOCK):
+            sel = rows[start:start + _BLOCK]
+            sojourn[sel], alone[sel] = _replay(int(k), *(np.asarray(c, dtype=float)[sel] for c in cols), clip)
+    return sojourn, alone
+
+
+def _replay(replicas: int, rate: np.ndarray, d: np.ndarray, c: np.ndarray, launch: np.ndarray, room: np.ndarray,
+            busy: np.ndarray, median: np.ndarray, sigma: np.ndarray, prefix: np.ndarray, clip: tuple[int, int]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`prompt_queue` for rows of one replica count: replica 0's requests of the stream,
+    a loop over them with arrays over the configurations."""
+    idx = np.arange(0, RUN_REQUESTS, max(1, replicas))
+    waits = np.empty((len(rate), len(idx)))   # one row per configuration, one column per request
+    alone = np.empty_like(waits)
+    full = np.maximum(d + c * room, launch)  # a step whose budget prompts fill
+    keep = 1.0 - prefix
+    scale = d * busy
+    began = np.full(len(rate), -1e30)  # start of the last step holding prompt tokens
+    used = np.zeros(len(rate))           # its prompt tokens
+    for j, i in enumerate(idx):
+        t = _ARRIVALS[i] / rate
+        tokens = np.maximum(1.0, np.clip(np.rint(median * np.exp(sigma * _Z[i])), *clip) * keep)
+        phase = _PHASE[i] * scale
+        ahead = np.ceil(tokens / room) - 1.0  # full steps before its last
+        alone[:, j] = phase + ahead * full + np.maximum(d + c * (tokens - ahead * room), launch)
+        x = np.where(t <= began, np.minimum(tokens, room - used), 0.0)
+        used += x
+        w = tokens - x
+        end = began + np.maximum(d + c * used, launch)
+        more = w > 0
+        ahead = np.maximum(np.ceil(w / room) - 1.0, 0.0)
+        began = np.where(more, np.maximum(end, t + phase) + ahead * full, began)
+        used = np.where(more, w - ahead * room, used)
+        waits[:, j] = np.where(more, began + np.maximum(d + c * used, launch), end) - t
+    return _order_statistics(waits), _order_statistics(alone)
+
+
+def _order_statistics(values: np.ndarray) -> np.ndarray:
+    """The :data:`QUANTILES` of every row of ``values`` (nearest rank ``round(q (m - 1))`` of ``m``),
+    partitioning ``values`` in place."""
+    ranks = [round(q * (values.shape[1] - 1)) for q in QUANTILES]
+    values.partition(ranks, axis=1)
+    return values[:, ranks]
