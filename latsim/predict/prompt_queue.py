@@ -72,26 +72,32 @@ def _replay(replicas: int, rate: np.ndarray, d: np.ndarray, c: np.ndarray, launc
     """:func:`prompt_queue` for rows of one replica count: replica 0's requests of the stream,
     a loop over them with arrays over the configurations."""
     idx = np.arange(0, RUN_REQUESTS, max(1, replicas))
+    rate = np.maximum(rate, 1e-9)  # no rate: the requests never meet
     waits = np.empty((len(rate), len(idx)))   # one row per configuration, one column per request
     alone = np.empty_like(waits)
     full = np.maximum(d + c * room, launch)  # a step whose budget prompts fill
     keep = 1.0 - prefix
-    scale = d * busy
-    began = np.full(len(rate), -1e30)  # start of the last step holding prompt tokens
-    used = np.zeros(len(rate))           # its prompt tokens
+    lag = d * busy                           # a decode step, when decodes run
+    began = np.full(len(rate), -1e30)        # start of the last step holding prompt tokens
+    decided = np.full(len(rate), -1e30)      # when its tokens were chosen (the step before's start)
+    used = np.zeros(len(rate))               # its prompt tokens
     for j, i in enumerate(idx):
         t = _ARRIVALS[i] / rate
         tokens = np.maximum(1.0, np.clip(np.rint(median * np.exp(sigma * _Z[i])), *clip) * keep)
-        phase = _PHASE[i] * scale
+        phase = _PHASE[i] * lag
         ahead = np.ceil(tokens / room) - 1.0  # full steps before its last
-        alone[:, j] = phase + ahead * full + np.maximum(d + c * (tokens - ahead * room), launch)
-        x = np.where(t <= began, np.minimum(tokens, room - used), 0.0)
+        alone[:, j] = phase + lag + ahead * full + np.maximum(d + c * (tokens - ahead * room), launch)
+        x = np.where(t <= decided, np.minimum(tokens, room - used), 0.0)
         used += x
         w = tokens - x
         end = began + np.maximum(d + c * used, launch)
         more = w > 0
+        # its first step is chosen at the next step start after its arrival and runs a step later
+        chosen = np.where(t <= began, began, np.where(t <= end, end, t + phase))
+        first = np.where(t <= began, end, np.where(t <= end, end + lag, t + phase + lag))
         ahead = np.maximum(np.ceil(w / room) - 1.0, 0.0)
-        began = np.where(more, np.maximum(end, t + phase) + ahead * full, began)
+        began = np.where(more, first + ahead * full, began)
+        decided = np.where(more, np.where(ahead > 0, began - full, chosen), decided)
         used = np.where(more, w - ahead * room, used)
         waits[:, j] = np.where(more, began + np.maximum(d + c * used, launch), end) - t
     return _order_statistics(waits), _order_statistics(alone)
