@@ -78,28 +78,32 @@ def _replay(replicas: int, rate: np.ndarray, d: np.ndarray, c: np.ndarray, launc
     full = np.maximum(d + c * room, launch)  # a step whose budget prompts fill
     keep = 1.0 - prefix
     lag = d * busy                           # a decode step, when decodes run
+    # times are kept relative to the request at hand (no cancellation at long arrival times)
     began = np.full(len(rate), -1e30)        # start of the last step holding prompt tokens
     decided = np.full(len(rate), -1e30)      # when its tokens were chosen (the step before's start)
     used = np.zeros(len(rate))               # its prompt tokens
+    gaps = np.diff(_ARRIVALS[idx], prepend=0.0)
     for j, i in enumerate(idx):
-        t = _ARRIVALS[i] / rate
+        gap = gaps[j] / rate
+        began -= gap
+        decided -= gap
         tokens = np.maximum(1.0, np.clip(np.rint(median * np.exp(sigma * _Z[i])), *clip) * keep)
         phase = _PHASE[i] * lag
         ahead = np.ceil(tokens / room) - 1.0  # full steps before its last
         alone[:, j] = phase + lag + ahead * full + np.maximum(d + c * (tokens - ahead * room), launch)
-        x = np.where(t <= decided, np.minimum(tokens, room - used), 0.0)
+        x = np.where(decided >= 0.0, np.minimum(tokens, room - used), 0.0)
         used += x
         w = tokens - x
         end = began + np.maximum(d + c * used, launch)
         more = w > 0
         # its first step is chosen at the next step start after its arrival and runs a step later
-        chosen = np.where(t <= began, began, np.where(t <= end, end, t + phase))
-        first = np.where(t <= began, end, np.where(t <= end, end + lag, t + phase + lag))
+        chosen = np.where(began >= 0.0, began, np.where(end >= 0.0, end, phase))
+        first = np.where(began >= 0.0, end, np.where(end >= 0.0, end + lag, phase + lag))
         ahead = np.maximum(np.ceil(w / room) - 1.0, 0.0)
         began = np.where(more, first + ahead * full, began)
         decided = np.where(more, np.where(ahead > 0, began - full, chosen), decided)
         used = np.where(more, w - ahead * room, used)
-        waits[:, j] = np.where(more, began + np.maximum(d + c * used, launch), end) - t
+        waits[:, j] = np.where(more, began + np.maximum(d + c * used, launch), end)
     return _order_statistics(waits), _order_statistics(alone)
 
 

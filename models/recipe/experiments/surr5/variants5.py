@@ -34,6 +34,59 @@ def queue(static, qps, batch):
                           static["in_sigma"].to_numpy(), prefix, F.INPUT_CLIP)
 
 
+ORIG_REPLAY = Q._replay
+
+
+def lindley(replicas, rate, d, c, launch, room, busy, median, sigma, prefix, clip):
+    """The simpler variant: a Lindley recursion, each prompt's steps its own (no shared steps,
+    no asynchronous choice): done_i = max(done_{i-1}, t_i + phase_i + lag) + its steps."""
+    idx = np.arange(0, Q.RUN_REQUESTS, max(1, replicas))
+    rate = np.maximum(rate, 1e-9)
+    waits = np.empty((len(rate), len(idx)))
+    alone = np.empty_like(waits)
+    full = np.maximum(d + c * room, launch)
+    lag = d * busy
+    done = np.full(len(rate), -1e30)
+    for j, i in enumerate(idx):
+        t = Q._ARRIVALS[i] / rate
+        tokens = np.maximum(1.0, np.clip(np.rint(median * np.exp(sigma * Q._Z[i])), *clip) * (1.0 - prefix))
+        phase = Q._PHASE[i] * lag
+        ahead = np.ceil(tokens / room) - 1.0
+        own = ahead * full + np.maximum(d + c * (tokens - ahead * room), launch)
+        alone[:, j] = phase + lag + own
+        done = np.maximum(done, t + phase + lag) + own
+        waits[:, j] = done - t
+    return Q._order_statistics(waits), Q._order_statistics(alone)
+
+
+def sync_replay(replicas, rate, d, c, launch, room, busy, median, sigma, prefix, clip):
+    """The first version: a step's prompts chosen when it starts (no asynchronous scheduling)."""
+    idx = np.arange(0, Q.RUN_REQUESTS, max(1, replicas))
+    rate = np.maximum(rate, 1e-9)
+    waits = np.empty((len(rate), len(idx)))
+    alone = np.empty_like(waits)
+    full = np.maximum(d + c * room, launch)
+    scale = d * busy
+    began = np.full(len(rate), -1e30)
+    used = np.zeros(len(rate))
+    for j, i in enumerate(idx):
+        t = Q._ARRIVALS[i] / rate
+        tokens = np.maximum(1.0, np.clip(np.rint(median * np.exp(sigma * Q._Z[i])), *clip) * (1.0 - prefix))
+        phase = Q._PHASE[i] * scale
+        ahead = np.ceil(tokens / room) - 1.0
+        alone[:, j] = phase + ahead * full + np.maximum(d + c * (tokens - ahead * room), launch)
+        x = np.where(t <= began, np.minimum(tokens, room - used), 0.0)
+        used += x
+        w = tokens - x
+        end = began + np.maximum(d + c * used, launch)
+        more = w > 0
+        ahead = np.maximum(np.ceil(w / room) - 1.0, 0.0)
+        began = np.where(more, np.maximum(end, t + phase) + ahead * full, began)
+        used = np.where(more, w - ahead * room, used)
+        waits[:, j] = np.where(more, began + np.maximum(d + c * used, launch), end) - t
+    return Q._order_statistics(waits), Q._order_statistics(alone)
+
+
 def apply(variant: str):
     parts = variant.split("+") if variant != "base" else []
     for p in parts:
@@ -48,6 +101,7 @@ def apply(variant: str):
             elif k == "n":
                 Q.RUN_REQUESTS = int(v)
     flags = {p for p in parts if "=" not in p}
+    Q._replay = lindley if "lind" in flags else sync_replay if "sync" in flags else ORIG_REPLAY
     names = []
     if "msf" in flags:
         names += [f"log_queue_over_alone_{q}" for q in ("p50", "p90", "p99")]
