@@ -9,21 +9,25 @@ random numbers: the same seeded Poisson gaps, prompt-length draws and step phase
 configuration, so the answer is deterministic and smooth in the rate) through that queue for
 every configuration at once, a loop over the requests with arrays over the configurations.
 
-The model of a replica at rate ``r`` whose running batch is ``n`` decodes (the batch at the
-load, :func:`latsim.predict.features.step_at_load`): a step lasts the decode step ``d`` at ``n``
-plus ``c`` per prompt token in it, ``c`` the mean prompt's extra time over the decode step
-(:func:`latsim.predict.features.prompt_loads`'s extra load over ``r``) per uncached token; a step
-holds at most ``budget - n`` prompt tokens.  A request arriving at an idle prompt queue starts
-at the next step boundary (a fixed uniform phase of ``d`` later, ``d`` scaled by ``min(n, 1)``:
-an idle engine starts at once); one arriving while a step with room runs... waits for it to end;
-one arriving before the last scheduled step started joins it while it has room.  Its first
-token comes at the end of the step that takes its last prompt token.
+The model of one replica whose running batch is ``n`` decodes (the batch at the load,
+:func:`latsim.predict.features.step_at_load`), priced by :func:`latsim.predict.features.queue_at_load`:
+a step with ``x`` prompt tokens lasts ``max(d + c x, launch)`` (``d`` the decode step at ``n``,
+``c`` a prompt token's share of the mean prompt's priced steps over it, ``launch`` the prompt's
+launch per chunk) and holds at most ``room = budget - n`` prompt tokens; decode-only steps of
+``d`` run between.  Scheduling is asynchronous, as in the simulator (:mod:`latsim.engines.vllm.scheduler`):
+a step's prompts are chosen when the step before it starts, so a request arriving on an idle
+queue waits for the step under way (a fixed uniform phase of ``d``) and one more; one arriving
+before the last prompt step was chosen joins it while it has room; one arriving later waits for
+its end (and a step more if it arrived after that step started).  A prompt longer than the room
+runs in full steps, its last chunk in a step others may join.  A request's first token comes at
+the end of the step that takes its last prompt token (the earlier requests of a step that a later
+one joins keep its shorter end: a small optimism).  With no decodes running (``n`` < 1) the phase
+and the extra step shrink with ``n``.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 RUN_REQUESTS = 1600
 """Requests of the replayed stream over all replicas (the training runs' length): replica 0 of
@@ -36,7 +40,7 @@ _ARRIVALS = np.concatenate([[0.0], np.cumsum(_GAPS[1:])])
 _Z = _rng.standard_normal(RUN_REQUESTS)
 _PHASE = _rng.uniform(size=RUN_REQUESTS)
 QUANTILES = (0.5, 0.9, 0.99)
-_BLOCK = 16384
+_BLOCK = 4096
 
 
 def prompt_queue(rate: np.ndarray, replicas: np.ndarray, decode_s: np.ndarray, token_s: np.ndarray,
@@ -57,20 +61,21 @@ def prompt_queue(rate: np.ndarray, replicas: np.ndarray, decode_s: np.ndarray, t
     sojourn = np.empty((n, len(QUANTILES)))
     alone = np.empty((n, len(QUANTILES)))
     reps = np.asarray(replicas).astype(int)
-    cols = (rate, decode_s, token_s, launch_s, room, busy, input_median, input_sigma, prefix_share)
+    columns = np.stack([np.asarray(c, dtype=float) for c in (rate, decode_s, token_s, launch_s, room, busy,
+                                                             input_median, input_sigma, prefix_share)])
     for k in np.unique(reps):
         rows = np.flatnonzero(reps == k)
         for start in range(0, len(rows), _BLOCK):
             sel = rows[start:start + _BLOCK]
-            sojourn[sel], alone[sel] = _replay(int(k), *(np.asarray(c, dtype=float)[sel] for c in cols), clip)
+            sojourn[sel], alone[sel] = _replay(int(k), columns[:, sel], clip)
     return sojourn, alone
 
 
-def _replay(replicas: int, rate: np.ndarray, d: np.ndarray, c: np.ndarray, launch: np.ndarray, room: np.ndarray,
-            busy: np.ndarray, median: np.ndarray, sigma: np.ndarray, prefix: np.ndarray, clip: tuple[int, int]
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`prompt_queue` for rows of one replica count: replica 0's requests of the stream,
-    a loop over them with arrays over the configurations."""
+def _replay(replicas: int, columns: np.ndarray, clip: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`prompt_queue` for configurations of one replica count (``columns``: its arguments
+    from ``rate`` to ``prefix_share``, one row each): replica 0's requests of the stream, a loop
+    over them with arrays over the configurations."""
+    rate, d, c, launch, room, busy, median, sigma, prefix = columns
     idx = np.arange(0, RUN_REQUESTS, max(1, replicas))
     rate = np.maximum(rate, 1e-9)  # no rate: the requests never meet
     waits = np.empty((len(rate), len(idx)))   # one row per configuration, one column per request

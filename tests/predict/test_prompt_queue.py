@@ -1,4 +1,4 @@
-"""The replayed prompt queue: hand-checked steps, no cross-talk between configurations, sharing, growth with the rate."""
+"""The replayed prompt queue: hand-checked steps, no cross-talk between configurations, shared steps, growth."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def run(rate, *, replicas=1, d=0.01, c=1e-5, launch=0.0, room=2048.0, busy=1.0, 
 
 def test_alone_is_the_prompt_chunks_after_the_phase_and_a_step():
     # no decodes running (busy 0): no phase, no step before the first chunk; 500 tokens in one step
-    sojourn, alone = run(1e-6, busy=0.0)
+    _, alone = run(1e-6, busy=0.0)
     np.testing.assert_allclose(alone, 0.01 + 500 * 1e-5)
     # 3,000 tokens in steps of 2,048: a full step and one of 952, each at least the launch
     _, alone = run(1e-6, busy=0.0, median=3000.0, room=2048.0, launch=0.02, c=1e-6)
