@@ -10,7 +10,9 @@ memory plan, the first token of a prompt at the input lengths' P50/P90/P99 on an
 deployment and beside the decode batch the load implies (:func:`first_token_at_load`), two
 capacities in requests per second (a mean-value one, the design's, and one from pricing the
 steps of a replica held at its batch cap, :func:`saturated_request_s`), the offered load over
-each, and the prompts' share of a replica's time (:func:`prompt_loads`).
+each, the prompts' share of a replica's time (:func:`prompt_loads`), and how much longer than
+alone a prompt's first token takes at the P50/P90/P99 when the replica's prompts queue for each
+other's steps (:func:`queue_at_load`, a replayed queue: :mod:`latsim.predict.prompt_queue`).
 
 Everything that does not depend on the rate is computed once per distinct deployment and
 length summary (cached), so a DataFrame of 10,000 rates over a few hundred deployments costs
@@ -51,15 +53,20 @@ STATIC_FEATURES = ("log_decode_step_ms", "log_decode_full_ms", "log_prefill_ms",
                    "log_saturated_rps", "out_p50", "out_p90", "out_p99", "log_prompt_wall_ms")
 LOAD_FEATURES = ("load", "load_saturated", "load_per_batch", "prefill_utilization", "batch_share_at_load",
                  "log_step_at_load_ms", "prompt_wall_load")
-RATE_FEATURES = ("prompt_extra_load",)
+QUEUE_FEATURES = tuple(f"log_prompt_queue_{q}" for q in ("p50", "p90", "p99"))
+RATE_FEATURES = ("prompt_extra_load", *QUEUE_FEATURES)
 FEATURES = STATIC_FEATURES + LOAD_FEATURES + RATE_FEATURES
 """Feature names in the order of :func:`features`'s columns; the LOAD_FEATURES depend on the rate
-and are non-decreasing in it (:func:`features_at`), the RATE_FEATURES depend on it, the others not."""
+and are non-decreasing in it (:func:`features_at`), the RATE_FEATURES depend on it, the others not.
+The QUEUE_FEATURES are ``log(sojourn / alone)`` of :func:`queue_at_load` at the P50, P90 and P99:
+0 at a vanishing rate, growing towards capacity (not monotone: a larger batch at a higher rate
+takes more of the budget and lengthens the steps unevenly)."""
 BASELINE_COLUMNS = tuple(f"log_first_token_at_load_{q}_ms" for q in ("p50", "p90", "p99"))
 """Columns :func:`features_at` adds beside the :data:`FEATURES`, for the baselines only
 (:func:`latsim.predict.surrogate.baseline_ms`): the first token of the prompt at the input lengths'
 P50/P90/P99 beside the decode batch the load implies (:func:`first_token_at_load`)."""
-_HIDDEN = ("capacity_rps", "batch", "_prompt_step_ms", "_prompt_launch_ms", *(f"_step_{g}" for g in BATCH_GRID),
+_HIDDEN = ("capacity_rps", "batch", "_prompt_step_ms", "_prompt_launch_ms", "_input_median",
+           *(f"_step_{g}" for g in BATCH_GRID),
            *(f"_first_{q}_{g}" for q in ("p50", "p90", "p99") for g in BATCH_GRID))
 
 
@@ -232,7 +239,32 @@ def features_at(static: pd.DataFrame, qps: np.ndarray) -> pd.DataFrame:
     out["prompt_wall_load"], out["prompt_extra_load"] = prompt_loads(static, qps, batch)
     for q, first in zip(("p50", "p90", "p99"), first_token_at_load(static, batch), strict=True):
         out[f"log_first_token_at_load_{q}_ms"] = np.log(first)
+    sojourn, alone = queue_at_load(static, qps, batch)
+    for j, name in enumerate(QUEUE_FEATURES):
+        out[name] = np.log(sojourn[:, j] / alone[:, j])
     return out
+
+
+def queue_at_load(static: pd.DataFrame, qps: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sojourn, alone)`` in seconds, one row per configuration and one column per
+    :data:`latsim.predict.prompt_queue.QUANTILES`: a request's arrival to the end of the step that
+    takes its last prompt token, replayed through the replica's prompt queue at ``qps`` (up to the
+    saturated capacity) beside ``batch`` decodes (its batch at the load), and the same on an idle
+    queue (:func:`latsim.predict.prompt_queue.prompt_queue`).  Priced from the static columns: a
+    step is the decode step at the batch plus the mean prompt's priced steps over that decode step
+    per uncached token, at least the prompt's launch per chunk; it holds the budget less the batch."""
+    from latsim.predict.prompt_queue import prompt_queue
+
+    batch = np.asarray(batch, dtype=float)
+    decode = _interp(_batch_grid(static, "_step", 1e3), np.maximum(batch, 1.0))
+    prompt, launch = _prompt_s(static)
+    prefix = static["prefix_share"].to_numpy()
+    new = np.maximum(1.0, static["mean_in"].to_numpy() * (1.0 - prefix))
+    budget = np.exp(static["log_max_num_batched_tokens"].to_numpy())
+    return prompt_queue(np.minimum(qps, static["capacity_rps"].to_numpy()), static["replicas"].to_numpy(), decode,
+                        np.maximum(prompt - decode, 0.0) / new, launch / np.maximum(1.0, new / budget),
+                        np.maximum(1.0, budget - batch), np.minimum(batch, 1.0), static["_input_median"].to_numpy(),
+                        static["in_sigma"].to_numpy(), prefix, INPUT_CLIP)
 
 
 def prompt_loads(static: pd.DataFrame, qps: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -390,7 +422,8 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
         at.update({b: first_token_s(cost, engine.max_num_batched_tokens, x, prefix_share, ctx, b)
                    for b in sorted({min(g, seqs) for g in BATCH_GRID} - {1})})
         loaded += [at[min(g, seqs)] * 1e3 for g in BATCH_GRID]
-    return (*(float(x) for x in row), saturated, batch, prompt_step * 1e3, prompt_launch * 1e3, *grid, *loaded)
+    return (*(float(x) for x in row), saturated, batch, prompt_step * 1e3, prompt_launch * 1e3, float(in_median),
+            *grid, *loaded)
 
 
 @lru_cache(maxsize=4096)

@@ -37,7 +37,7 @@ from latsim.predict.estimators import BoostedStabilityClassifier, MonotoneBooste
 from latsim.predict.features import FEATURES, GRID_COLUMNS, LOAD_FEATURES, features_at, static_features
 from latsim.predict.recipe import TARGETS
 
-FORMAT = "latsim-surrogate/4"
+FORMAT = "latsim-surrogate/5"
 REBUILD = "rebuild with `python -m latsim.predict.train` (models/recipe/README.md)"
 NUMERIC_DOMAIN = ("tp", "replicas", "input_median", "input_sigma", "output_median", "output_sigma", "prefix_share",
                   "max_num_seqs", "max_num_batched_tokens")

@@ -9,6 +9,7 @@ import pytest
 from latsim.costmodel.batch import BatchShape
 from latsim.predict.features import (
     BASELINE_COLUMNS,
+    QUEUE_FEATURES,
     features_at,
     first_token_s,
     launch_share,
@@ -125,3 +126,20 @@ def test_load_features_grow_with_the_rate_below_capacity(static):
             at_load = feats[f"log_first_token_at_load_{q}_ms"].to_numpy()
             assert at_load[0] == pytest.approx(static[f"log_first_token_{q}_ms"].iloc[i], abs=1e-3)
             assert at_load[-1] > at_load[0]
+
+
+def test_prompts_queue_more_near_capacity_and_where_they_take_the_replica(static):
+    short = static_features(pd.DataFrame([{**d, "kv_dtype": "bf16", "max_num_seqs": np.nan,
+                                           "max_num_batched_tokens": np.nan, "qps": 1.0, "input_median": 600.0,
+                                           "input_sigma": 0.8, "output_median": 16.0, "output_sigma": 0.6,
+                                           "prefix_share": 0.0} for d in DEPLOYMENTS]))
+    loads = np.array([0.0, 1e-6, 0.25, 0.95])
+    for i in range(len(static)):
+        at = {}
+        for name, rows in (("long", static), ("short", short)):
+            rates = np.exp(rows["log_saturated_rps"].iloc[i]) * loads
+            at[name] = features_at(rows.iloc[[i] * len(loads)], rates)[list(QUEUE_FEATURES)].to_numpy()
+            np.testing.assert_array_equal(at[name][:2], 0.0)  # no rate: every request alone
+            assert np.all(at[name][3] > at[name][2]), (i, name)
+        # outputs of 16 tokens: prompts take most of a replica's time and queue longer at the same load
+        assert np.all(at["short"][3] > at["long"][3]), i

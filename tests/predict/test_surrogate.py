@@ -108,7 +108,7 @@ def test_another_format_version_is_refused(copy):
     manifest = json.loads((copy / "surrogate.json").read_text())
     manifest["format"] = "latsim-surrogate/0"
     (copy / "surrogate.json").write_text(json.dumps(manifest))
-    with pytest.raises(ValueError, match="has format 'latsim-surrogate/0', this latsim reads 'latsim-surrogate/4'"):
+    with pytest.raises(ValueError, match="has format 'latsim-surrogate/0', this latsim reads 'latsim-surrogate/5'"):
         load_surrogate(copy)
 
 
