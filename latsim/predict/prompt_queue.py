@@ -40,7 +40,9 @@ _ARRIVALS = np.concatenate([[0.0], np.cumsum(_GAPS[1:])])
 _Z = _rng.standard_normal(RUN_REQUESTS)
 _PHASE = _rng.uniform(size=RUN_REQUESTS)
 QUANTILES = (0.5, 0.9, 0.99)
+"""The quantiles over a replica's requests that :func:`prompt_queue` reports (nearest rank)."""
 _BLOCK = 4096
+"""Configurations per replay (bounds its two arrays of ``requests x configurations`` floats)."""
 
 
 def prompt_queue(rate: np.ndarray, replicas: np.ndarray, decode_s: np.ndarray, token_s: np.ndarray,
