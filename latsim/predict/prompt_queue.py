@@ -40,7 +40,9 @@ _ARRIVALS = np.concatenate([[0.0], np.cumsum(_GAPS[1:])])
 _Z = _rng.standard_normal(RUN_REQUESTS)
 _PHASE = _rng.uniform(size=RUN_REQUESTS)
 QUANTILES = (0.5, 0.9, 0.99)
+"""The quantiles over a replica's requests that :func:`prompt_queue` reports (nearest rank)."""
 _BLOCK = 4096
+"""Configurations per replay (bounds its two arrays of ``requests x configurations`` floats)."""
 
 
 def prompt_queue(rate: np.ndarray, replicas: np.ndarray, decode_s: np.ndarray, token_s: np.ndarray,
@@ -102,8 +104,9 @@ def _replay(replicas: int, columns: np.ndarray, clip: tuple[int, int]) -> tuple[
         end = began + np.maximum(d + c * used, launch)
         more = w > 0
         # its first step is chosen at the next step start after its arrival and runs a step later
-        chosen = np.where(began >= 0.0, began, np.where(end >= 0.0, end, phase))
-        first = np.where(began >= 0.0, end, np.where(end >= 0.0, end + lag, phase + lag))
+        running = began >= 0.0
+        chosen = np.where(running, began, np.where(end >= 0.0, end, phase))
+        first = np.where(running, end, chosen + lag)
         ahead = np.maximum(np.ceil(w / room) - 1.0, 0.0)
         began = np.where(more, first + ahead * full, began)
         decided = np.where(more, np.where(ahead > 0, began - full, chosen), decided)
