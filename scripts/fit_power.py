@@ -112,9 +112,15 @@ def ratio_pairs(prefill: dict[str, Any], power: dict[str, Any], gemm: pd.DataFra
 def _fresh_and_capped(row: dict[str, Any]) -> tuple[float, float]:
     """A power-probe run's full-clock time (calls 2-9 after the idle pause: the first of a group
     carries the launch gap) and capped time (median of the calls starting 0.5-1.0 s in)."""
+    return float(np.median(np.asarray(row["calls"])[1:9, 1])), _capped_ms(row)
+
+
+def _capped_ms(row: dict[str, Any]) -> float:
+    """A sustained run's capped time: the median of its calls starting 0.5-1.0 s in (later the
+    chip's warming slows it further)."""
     calls = np.asarray(row["calls"])
     window = (calls[:, 0] >= 0.5) & (calls[:, 0] < 1.0)
-    return float(np.median(calls[1:9, 1])), float(np.median(calls[window, 1]))
+    return float(np.median(calls[window, 1]))
 
 
 def quantized_pairs(power: dict[str, Any], int4: dict[str, Any], gemm: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
@@ -134,22 +140,12 @@ def quantized_pairs(power: dict[str, Any], int4: dict[str, Any], gemm: pd.DataFr
             profile = profile_gemm_ms(gemm, r["M"], cls, shape)
             if profile is None:
                 continue
-            full, capped = _window_fresh_and_capped(r)
+            # full clock: the first 30 ms of calls (a 10 ms call's second to ninth would run past the budget)
+            full, capped = _first_ms([c[1] for c in r["calls"]]), _capped_ms(r)
             label = f"{cls} GEMM {shape[0]}x{shape[1]} M={r['M']}" + (" zero points" if r.get("zero_points") else "")
             out.setdefault(cls, []).append({"kernel": label, "profile_ms": profile,
                                             "full_ms": full, "capped_ms": capped})
     return out
-
-
-def _window_fresh_and_capped(row: dict[str, Any], window_ms: float = 30.0) -> tuple[float, float]:
-    """A sustained run's full-clock time (the calls, the first left out, that start within
-    ``window_ms`` of the run laid end to end: a 10 ms call's second to ninth calls would run past
-    the budget) and its capped time (median of the calls starting 0.5-1.0 s in)."""
-    calls = np.asarray(row["calls"])
-    starts = np.cumsum(np.r_[0.0, calls[:-1, 1]])
-    first = calls[1:][starts[1:] < window_ms, 1]
-    window = (calls[:, 0] >= 0.5) & (calls[:, 0] < 1.0)
-    return float(np.median(first if len(first) else calls[1:2, 1])), float(np.median(calls[window, 1]))
 
 
 def duty_series(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -180,9 +176,7 @@ def predicted_share(starts: np.ndarray, ends: np.ndarray, full_s: float, budget_
 def fit_dynamics(power: dict[str, Any], full_ms: float) -> dict[str, Any]:
     """Least squares of (budget_s, refill) over the 8,160-row GEMM's runs."""
     runs = [r for r in power["rows"] if r.get("dtype") == "bf16" and r.get("M") == CHUNK]
-    sustained = np.asarray(runs[0]["calls"])
-    window = (sustained[:, 0] >= 0.5) & (sustained[:, 0] < 1.0)
-    capped_ms = float(np.median(sustained[window, 1]))
+    capped_ms = _capped_ms(runs[0])
     series = []
     for r in runs:
         starts, ends = duty_series(r)

@@ -64,23 +64,21 @@ class PowerCap:
     (:data:`GEMM_CLASSES`); bf16 GEMMs and prefill attention use the two ratios above."""
 
     def __post_init__(self) -> None:
-        checks = {"full_clock_ratio": 0.5 <= self.full_clock_ratio <= 2.0,
-                  "capped_ratio": 0.5 <= self.capped_ratio <= 2.0,
-                  "budget_s": 0.0 <= self.budget_s < 10.0, "refill": 0.0 < self.refill < 100.0,
-                  "heavy_tokens": self.heavy_tokens >= 1}
-        for name, full, capped in self.gemm_ratios:
-            checks[f"gemm_ratios[{name!r}]"] = name in GEMM_CLASSES and 0.5 <= full <= 2.0 and 0.5 <= capped <= 2.0
-        bad = [name for name, ok in checks.items() if not ok]
+        checks: dict[str, tuple[bool, Any]] = {  # the name shown -> (in range, the value shown)
+            "full_clock_ratio": (0.5 <= self.full_clock_ratio <= 2.0, self.full_clock_ratio),
+            "capped_ratio": (0.5 <= self.capped_ratio <= 2.0, self.capped_ratio),
+            "budget_s": (0.0 <= self.budget_s < 10.0, self.budget_s),
+            "refill": (0.0 < self.refill < 100.0, self.refill),
+            "heavy_tokens": (self.heavy_tokens >= 1, self.heavy_tokens)}
+        for entry in self.gemm_ratios:
+            name, full, capped = entry
+            checks[f"gemm_ratios[{name!r}]"] = (name in GEMM_CLASSES and 0.5 <= full <= 2.0 and 0.5 <= capped <= 2.0,
+                                                entry)
+        bad = ", ".join(f"{n}={value!r}" for n, (ok, value) in checks.items() if not ok)
         if bad:
-            values = ", ".join(f"{n}={self._value(n)!r}" for n in bad)
-            raise ValueError(f"power cap {self.source or '(argument)'}: {values} out of range (ratios "
+            raise ValueError(f"power cap {self.source or '(argument)'}: {bad} out of range (ratios "
                              "0.5-2, budget_s in [0, 10), refill in (0, 100), heavy_tokens >= 1, GEMM classes "
                              f"{', '.join(GEMM_CLASSES)})")
-
-    def _value(self, name: str) -> Any:
-        if name.startswith("gemm_ratios["):
-            return next(r for r in self.gemm_ratios if f"[{r[0]!r}]" in name)
-        return getattr(self, name)
 
     def ratios(self, gemm_class: str) -> tuple[float, float] | None:
         """``(full-clock ratio, capped ratio)`` of a GEMM class (``bf16`` or one of
