@@ -330,6 +330,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype")
     p.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--engine-arg", action="append", default=[], help="KEY=JSON, any AsyncEngineArgs")
+    p.add_argument("--checkpoint-weights", action="store_true",
+                   help="fill packed 4-bit weights, zero points and FP8 weights like a real checkpoint "
+                        "(scripts/checkpoint_weights.py) instead of vLLM's dummy fill")
     args = p.parse_args(argv)
     if not (args.model or args.config_dir):
         p.error("give --model NAME, --config-dir DIR, or both")
@@ -371,10 +374,15 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path, name = model_dir(args, Path(tmp))
         config = json.loads((Path(path) / "config.json").read_text())
+        if args.checkpoint_weights:
+            from checkpoint_weights import install  # scripts/ is on the path when run by path
+
+            install(Path(tmp) / "plugin")
         runs = []
         for shape in args.shapes:
             shape_tag = shape.replace(":", "-").replace(",", "-").replace("=", "")
-            meta = {"model": {"name": name, "config": config},
+            meta = {"model": {"name": name, "config": config,
+                              "weights": "checkpoint-like" if args.checkpoint_weights else "dummy"},
                     "workload": {"shape": parse_shape(shape), "seed": args.seed},
                     "host": {"cpus": cpus, "pinned": bool(args.cpus)}}
             runs.append((shape, Path(args.out) / f"{name}-{shape_tag}", meta))
