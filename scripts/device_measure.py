@@ -5,7 +5,8 @@ Run from the repository root, e.g. on the H200 machine with the vLLM bundle unpa
     PYTHONPATH=/tmp/site:. VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 \\
         python3 scripts/device_measure.py --model qwen2.5-7b --shape mix --tar
 
-It starts ONE AsyncLLM (dummy weights from the model's config.json), then
+It starts ONE AsyncLLM (dummy weights from the model's config.json; with ``--checkpoint-weights``
+quantized weights filled like a checkpoint's, ``checkpoint_weights.py``), then
 1. a saturation burst (``--burst`` requests at t=0) whose completion rate estimates capacity;
 2. Poisson levels at ``--fractions`` of that capacity, each ``--level-seconds`` long;
 3. closed-loop levels at each of ``--concurrency-sweep`` (``c0064``: 64 requests in flight,
