@@ -256,7 +256,7 @@ def queue_at_load(static: pd.DataFrame, qps: np.ndarray, batch: np.ndarray) -> t
     from latsim.predict.prompt_queue import prompt_queue
 
     batch = np.asarray(batch, dtype=float)
-    decode = _interp(_batch_grid(static, "_step", 1e3), np.maximum(batch, 1.0))
+    decode = _decode_step_s(static, batch)
     prompt, launch = _prompt_s(static)
     prefix = static["prefix_share"].to_numpy()
     new = np.maximum(1.0, static["mean_in"].to_numpy() * (1.0 - prefix))
@@ -276,7 +276,7 @@ def prompt_loads(static: pd.DataFrame, qps: np.ndarray, batch: np.ndarray) -> tu
     decode step it replaces), falls where a larger batch's longer step hides a prompt's launch.
     Both go past the cap, where prompts alone would fill a replica (short outputs) and the capped
     utilization no longer tells such configurations apart."""
-    step = _interp(_batch_grid(static, "_step", 1e3), np.maximum(np.asarray(batch, dtype=float), 1.0))
+    step = _decode_step_s(static, batch)
     r = _replica_rate(static, qps)
     return r * np.exp(static["log_prompt_wall_ms"].to_numpy()) / 1e3, r * _prompt_extra_s(*_prompt_s(static), step)
 
@@ -332,6 +332,12 @@ def _batch_grid(static: pd.DataFrame, prefix: str, per: float = 1.0) -> np.ndarr
     non-decreasing in the batch: a larger batch is never faster (a calibrated model's tables can
     dip by a fraction of a percent)."""
     return np.maximum.accumulate(static[[f"{prefix}_{g}" for g in BATCH_GRID]].to_numpy() / per, axis=1)
+
+
+def _decode_step_s(static: pd.DataFrame, batch: np.ndarray) -> np.ndarray:
+    """Seconds of a decode step of ``batch`` sequences (at least one), per row: the ``_step_<batch>``
+    grid interpolated linearly."""
+    return _interp(_batch_grid(static, "_step", 1e3), np.maximum(np.asarray(batch, dtype=float), 1.0))
 
 
 def _replica_rate(static: pd.DataFrame, qps: np.ndarray) -> np.ndarray:
