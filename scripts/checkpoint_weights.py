@@ -57,7 +57,9 @@ def register() -> None:
 
     def fill(model: Any, model_config: Any, *args: Any, **kwargs: Any) -> None:
         original(model, model_config, *args, **kwargs)
-        fill_like_checkpoint(model)
+        # the loader calls this once per module (every module of the model in turn), so each
+        # module's own tensors are refilled once, after the last uniform fill that reaches them
+        fill_like_checkpoint(model, recurse=False)
 
     fill._checkpoint_like = True  # type: ignore[attr-defined]
     dummy_loader.initialize_dummy_weights = fill
@@ -65,27 +67,37 @@ def register() -> None:
           f"(pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
-def fill_like_checkpoint(module: Any) -> dict[str, int]:
+def fill_like_checkpoint(module: Any, recurse: bool = True) -> dict[str, int]:
     """Refill ``module``'s packed integer weights with random bits and its FP8 weights with a
-    normal spread over the format; returns how many tensors of each kind it filled."""
+    normal spread over the format (its submodules' too when ``recurse``); returns how many tensors
+    of each kind it filled."""
     import torch
 
     counts = {"packed": 0, "fp8": 0}
+    tensors = [*module.named_parameters(recurse=recurse), *module.named_buffers(recurse=recurse)]
     with torch.no_grad():
-        for name, tensor in module.state_dict().items():
+        for name, tensor in tensors:
             if tensor.device.type == "meta":
                 continue
             last = name.rsplit(".", 1)[-1]
-            gen = torch.Generator(device=tensor.device)
-            gen.manual_seed(SEED + tensor.numel() % 65_521)
             if not torch.is_floating_point(tensor) and tensor.dtype != torch.bool and last in PACKED_NAMES:
                 info = torch.iinfo(tensor.dtype)
-                tensor.copy_(torch.randint(info.min, info.max, tensor.shape, generator=gen,
+                tensor.copy_(torch.randint(info.min, info.max, tensor.shape, generator=_generator(tensor),
                                            dtype=tensor.dtype, device=tensor.device))
                 counts["packed"] += 1
             elif torch.is_floating_point(tensor) and torch.finfo(tensor.dtype).bits == 8 and last == "weight":
                 top = torch.finfo(tensor.dtype).max
-                values = torch.randn(tensor.shape, generator=gen, dtype=torch.float16, device=tensor.device)
+                values = torch.randn(tensor.shape, generator=_generator(tensor), dtype=torch.float16,
+                                     device=tensor.device)
                 tensor.copy_((values * FP8_SIGMA).clamp_(-top, top).to(tensor.dtype))
                 counts["fp8"] += 1
     return counts
+
+
+def _generator(tensor: Any) -> Any:
+    """A generator on ``tensor``'s device seeded by its size (the same values for a tensor each time)."""
+    import torch
+
+    gen = torch.Generator(device=tensor.device)
+    gen.manual_seed(SEED + tensor.numel() % 65_521)
+    return gen

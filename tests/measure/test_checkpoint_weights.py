@@ -40,6 +40,15 @@ def test_packed_weights_and_fp8_weights_are_filled_and_nothing_else() -> None:
     assert 60 < values.std() < 140 and values.abs().max() <= 448
 
 
+def test_without_recursion_only_the_modules_own_tensors_are_filled() -> None:
+    mod = load_script(Path("checkpoint_weights.py"))
+    layer = torch.nn.Sequential(_Linear())
+    assert mod.fill_like_checkpoint(layer, recurse=False) == {"packed": 0, "fp8": 0}
+    assert not layer[0].qweight.any()
+    assert mod.fill_like_checkpoint(layer[0], recurse=False) == {"packed": 2, "fp8": 1}
+    assert layer[0].qweight.any()
+
+
 def test_install_makes_vllm_load_the_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("vllm")
     from importlib.metadata import entry_points
@@ -58,5 +67,6 @@ def test_install_makes_vllm_load_the_plugin(tmp_path: Path, monkeypatch: pytest.
     found[0].load()()
     found[0].load()()  # a second process-local call changes nothing
     layer = torch.nn.Sequential(_Linear())
-    dummy_loader.initialize_dummy_weights(layer, None)
+    for module in layer.modules():  # as vLLM's DummyModelLoader.load_weights calls it
+        dummy_loader.initialize_dummy_weights(module, None)
     assert layer[0].qweight.any() and layer[0].weight.float().abs().max() > 0
