@@ -12,6 +12,10 @@ linear shapes:
 2. **The power cap**: the gate_up GEMM of 537-8,160 rows back to back for ``--seconds`` after an
    idle pause, every call timed (``device_power_probe.sustained``): its full-clock and its
    capped time, for the 4-bit pair of ``scripts/fit_power.py``.
+3. ``--all-shapes``: the same sustained runs on every one of the four shapes, 4-bit (symmetric
+   and with zero points, 2,048 and 8,160 rows) and vLLM's CUTLASS fp8 GEMM on randn weights
+   (2,048 and 3,072 rows, the fp8 grid's largest), so that each class's capped ratio is not
+   gate_up's alone; writes ``$OUT/shapes_probe.json``.
 
 Writes ``$OUT/int4_probe.json``; from the repository root on the GPU machine with vLLM
 importable (``scripts/device_fidelity.sh int4``).
@@ -25,7 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from device_power_probe import _summary, sustained  # scripts/ is on the path when a script runs by path
+from device_power_probe import _gemm, _summary, sustained  # scripts/ is on the path when a script runs by path
 
 from latsim.calibration.context import make_context
 from latsim.calibration.gemm import INT4_GROUP
@@ -34,6 +38,7 @@ from latsim.calibration.timing import rotation_sets
 SHAPES = {"qkv": (8192, 10240), "o": (8192, 8192), "gate_up": (8192, 57344), "down": (28672, 8192)}
 ROWS = (1, 8, 16, 32, 64, 128, 256, 512, 537, 1024, 2048, 4096, 8192)
 SUSTAINED_ROWS = (537, 2048, 8160)
+ALL_SHAPES_ROWS = {"int4": (2048, 8160), "fp8": (2048, 3072)}
 
 
 def machete(ctx: Any, m: int, k: int, n: int, zero_points: bool, weights: str = "random") -> Any:
@@ -114,14 +119,39 @@ def dummy_weights(ctx: Any, seconds: float, ms: list[int]) -> list[dict[str, Any
     return rows
 
 
+def all_shapes(ctx: Any, seconds: float) -> list[dict[str, Any]]:
+    """Sustained runs of every shape: 4-bit symmetric and with zero points, and fp8 (randn weights)."""
+    rows = []
+    for name, (k, n) in SHAPES.items():
+        for m in ALL_SHAPES_ROWS["int4"]:
+            for zp in (False, True):
+                r = sustained(ctx, machete(ctx, m, k, n, zp), seconds)
+                print(f"sustained {name:>7} int4 {'zp ' if zp else 'sym'} M={m:>5}  {_summary(r)}", flush=True)
+                rows.append({"kernel": "gemm", "shape": name, "dtype": "int4", "zero_points": zp,
+                             "K": k, "N": n, "M": m, **r})
+                ctx.torch.cuda.empty_cache()
+        for m in ALL_SHAPES_ROWS["fp8"]:
+            r = sustained(ctx, _gemm(ctx, "fp8", k, n, m), seconds)
+            print(f"sustained {name:>7} fp8      M={m:>5}  {_summary(r)}", flush=True)
+            rows.append({"kernel": "gemm", "shape": name, "dtype": "fp8", "K": k, "N": n, "M": m, **r})
+            ctx.clear()
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--seconds", type=float, default=2.5)
     p.add_argument("--dummy-weights", action="store_true", help="only the random against dummy weights check")
     p.add_argument("--dummy-rows", type=lambda v: [int(x) for x in v.split(",")], default=[2048, 8160])
+    p.add_argument("--all-shapes", action="store_true", help="only the sustained runs of every shape")
     args = p.parse_args()
     ctx = make_context("cuda")
+    if args.all_shapes:
+        Path(args.out, "shapes_probe.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),
+                                                                  "group_size": INT4_GROUP,
+                                                                  "rows": all_shapes(ctx, args.seconds)}))
+        return
     if args.dummy_weights:
         rows = dummy_weights(ctx, args.seconds, args.dummy_rows)
         Path(args.out, "dummy_weights_probe.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),

@@ -22,6 +22,14 @@ What is fitted (the model: :mod:`latsim.costmodel.power`):
   slows it further, which the model leaves out); the model spends the budget call by call and
   refills it in the gaps.
 
+- ``gemms``: each quantized GEMM class's own two ratios.  Where ``shapes_probe.json.gz`` has the
+  class's sustained runs on all four of Llama-3.1-70B's linear shapes at one row count
+  (:func:`layer_ratios`), a ratio is the layer's: the four shapes' summed full-clock (capped)
+  time over their summed profile time, the median over row counts (and zero points); the shapes
+  weigh as much as they take of a layer, where a median over single-kernel pairs would let
+  gate_up's profile rows (timed hot at 2,048 rows) set the price of the small shapes too.  Without
+  that file, the median over the class's single-kernel pairs (:func:`quantized_pairs`).
+
 Without ``--write`` it prints the fit; with it, writes ``<profile>/power.json`` (atomically)
 with the values, the pairs, the fit's residual and the sources' sha256.
 """
@@ -148,6 +156,52 @@ def quantized_pairs(power: dict[str, Any], int4: dict[str, Any], gemm: pd.DataFr
     return out
 
 
+LAYER_SHAPES = ((8192, 10240), (8192, 8192), (8192, 57344), (28672, 8192))
+"""Llama-3.1-70B's qkv, o, gate_up and down GEMMs (K, N) at TP 1: one layer's linear layers."""
+
+
+def layer_ratios(shapes: dict[str, Any], gemm: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """Per quantized GEMM class, one entry per (row count, zero points) whose sustained runs in
+    ``shapes`` (``shapes_probe.json.gz``) cover all of :data:`LAYER_SHAPES` within the profile's
+    rows: the summed profile, full-clock and capped milliseconds and their two ratios."""
+    groups: dict[tuple[str, int, bool], dict[tuple[int, int], dict[str, float]]] = {}
+    for r in shapes["rows"]:
+        shape = (int(r["K"]), int(r["N"]))
+        profile = profile_gemm_ms(gemm, r["M"], r["dtype"], shape)
+        if profile is None or shape not in LAYER_SHAPES:
+            continue
+        full, capped = _first_ms([c[1] for c in r["calls"]]), _capped_ms(r)
+        key = (r["dtype"], int(r["M"]), bool(r.get("zero_points", False)))
+        groups.setdefault(key, {})[shape] = {"profile_ms": profile, "full_ms": full, "capped_ms": capped}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (cls, m, zp), kernels in sorted(groups.items()):
+        if set(kernels) != set(LAYER_SHAPES):
+            continue
+        total = {k: float(sum(v[k] for v in kernels.values())) for k in ("profile_ms", "full_ms", "capped_ms")}
+        out.setdefault(cls, []).append({"layer": f"{cls} Llama-3.1-70B layer M={m}" + (" zero points" if zp else ""),
+                                        **total, "full_clock_ratio": total["full_ms"] / total["profile_ms"],
+                                        "capped_ratio": total["capped_ms"] / total["profile_ms"]})
+    return out
+
+
+def class_ratios(pairs: dict[str, list[dict[str, Any]]],
+                 layers: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """``power.json``'s ``gemms``: per class the median layer ratios (:func:`layer_ratios`) where
+    the class has layers, else the median over its single-kernel ``pairs``; both lists kept."""
+    out = {}
+    for cls in sorted(set(pairs) | set(layers)):
+        if layers.get(cls):
+            full = [x["full_clock_ratio"] for x in layers[cls]]
+            capped = [x["capped_ratio"] for x in layers[cls]]
+        else:
+            full = [p["full_ms"] / p["profile_ms"] for p in pairs[cls]]
+            capped = [p["capped_ms"] / p["profile_ms"] for p in pairs[cls]]
+        out[cls] = {"full_clock_ratio": float(np.median(full)), "capped_ratio": float(np.median(capped)),
+                    "from": "layers" if layers.get(cls) else "pairs",
+                    "layers": layers.get(cls, []), "pairs": pairs.get(cls, [])}
+    return out
+
+
 def duty_series(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) seconds of every call of one run, calls of a group laid end to end."""
     starts, ends, prev_group, t = [], [], None, 0.0
@@ -210,21 +264,23 @@ def main() -> None:
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     prefill_path, power_path = args.folder / "prefill_probe.json", args.folder / "power_probe.json.gz"
-    int4_path = args.folder / "int4_probe.json.gz"
+    int4_path, shapes_path = args.folder / "int4_probe.json.gz", args.folder / "shapes_probe.json.gz"
     prefill = json.loads(prefill_path.read_text())
     with gzip.open(power_path, "rt") as f:
         power = json.load(f)
     with gzip.open(int4_path, "rt") as f:
         int4 = json.load(f)
+    shapes = {"rows": []}
+    if shapes_path.exists():
+        with gzip.open(shapes_path, "rt") as f:
+            shapes = json.load(f)
     gemm = pd.read_parquet(args.profile / "gemm.parquet")
     attn = pd.read_parquet(args.profile / "attention.parquet")
     table = ratio_pairs(prefill, power, gemm, attn)
     full = [p["full_ms"] / p["profile_ms"] for p in table if p["full_ms"]]
     capped = [p["capped_ms"] / p["profile_ms"] for p in table]
     dynamics = fit_dynamics(power, table[0]["full_ms"])
-    gemms = {cls: {"full_clock_ratio": float(np.median([p["full_ms"] / p["profile_ms"] for p in pairs])),
-                   "capped_ratio": float(np.median([p["capped_ms"] / p["profile_ms"] for p in pairs])), "pairs": pairs}
-             for cls, pairs in quantized_pairs(power, int4, gemm).items()}
+    gemms = class_ratios(quantized_pairs(power, int4, gemm), layer_ratios(shapes, gemm))
     result = {
         "full_clock_ratio": float(np.median(full)), "capped_ratio": float(np.median(capped)),
         **{k: dynamics[k] for k in ("budget_s", "refill")},
@@ -232,8 +288,9 @@ def main() -> None:
         "applies_to": "bf16 GEMMs and prefill attention of steps of at least heavy_tokens tokens; the GEMM "
                       "classes under 'gemms' with their own ratios",
         "pairs": table, "gemms": gemms, "dynamics_fit": dynamics,
-        "sources": {str(p): _sha(p) for p in (prefill_path, power_path, int4_path, args.profile / "gemm.parquet",
-                                              args.profile / "attention.parquet")},
+        "sources": {str(p): _sha(p) for p in (prefill_path, power_path, int4_path, shapes_path,
+                                              args.profile / "gemm.parquet", args.profile / "attention.parquet")
+                    if p.exists()},
         "command": "python scripts/fit_power.py " + " ".join([str(args.folder), "--profile", str(args.profile),
                                                                "--write"]),
     }
