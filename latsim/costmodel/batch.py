@@ -46,17 +46,26 @@ class BatchShape:
 
     @staticmethod
     def from_chunks(chunks: list[tuple[int, int]], decode_contexts: list[int]) -> BatchShape:
-        """Build from ``(chunk_tokens, cached_context)`` pairs and decode context lengths."""
-        q = np.asarray([c[0] for c in chunks], dtype=np.float64)
-        ctx = np.asarray([c[1] for c in chunks], dtype=np.float64)
+        """Build from ``(chunk_tokens, cached_context)`` pairs and decode context lengths.
+
+        Plain integer arithmetic (numpy's per-call overhead was most of a cost-model call): every
+        term of the pair count is a whole or half number, so the float sum is exact and equals the
+        former float64 array sum whatever the order, below 2**52 pairs."""
+        tokens = kv = doubled_pairs = longest = 0
+        for q, ctx in chunks:
+            q, ctx = int(q), int(ctx)
+            tokens += q
+            kv += q + ctx
+            doubled_pairs += 2 * q * ctx + q * (q + 1)
+            longest = max(longest, q)
         return BatchShape(
-            prefill_tokens=int(q.sum()),
+            prefill_tokens=tokens,
             prefill_seqs=len(chunks),
-            prefill_attn_pairs=float((q * ctx + q * (q + 1) / 2).sum()),
-            prefill_kv_tokens=int((q + ctx).sum()),
+            prefill_attn_pairs=doubled_pairs / 2,
+            prefill_kv_tokens=kv,
             decode_seqs=len(decode_contexts),
             decode_kv_tokens=int(sum(decode_contexts)),
-            max_prefill_chunk=int(q.max()) if len(chunks) else 0,
+            max_prefill_chunk=longest,
         )
 
 
