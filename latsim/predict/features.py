@@ -68,6 +68,8 @@ P50/P90/P99 beside the decode batch the load implies (:func:`first_token_at_load
 _HIDDEN = ("capacity_rps", "batch", "_prompt_step_ms", "_prompt_launch_ms", "_input_median",
            *(f"_step_{g}" for g in BATCH_GRID),
            *(f"_first_{q}_{g}" for q in ("p50", "p90", "p99") for g in BATCH_GRID))
+_AT = {name: i for i, name in enumerate((*STATIC_FEATURES, *_HIDDEN))}
+"""Position of every column in a :func:`_static` row."""
 
 
 def length_mean(median: float, sigma: float, clip: tuple[int, int]) -> float:
@@ -392,10 +394,32 @@ def _plain(v: object) -> object:
 def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, kv_dtype: str,
             max_num_seqs: float | None, max_num_batched_tokens: float | None, in_median: float, in_sigma: float,
             out_median: float, out_sigma: float, prefix_share: float) -> tuple[float, ...]:
-    """The rate-independent features plus capacity (req/s) and the decode batch."""
+    """The rate-independent features plus capacity (req/s) and the decode batch: one replica's
+    (:func:`_replica_static`, shared by every replica count) with the deployment's capacities."""
+    values, per_request, saturated_request = _replica_static(model, device, tp, weight_dtype, kv_dtype, max_num_seqs,
+                                                             max_num_batched_tokens, in_median, in_sigma, out_median,
+                                                             out_sigma, prefix_share)
+    capacity, saturated = replicas / per_request, replicas / saturated_request
+    row = list(values)
+    row[_AT["log_capacity_rps"]] = float(np.log(capacity))
+    row[_AT["replicas"]] = float(replicas)
+    row[_AT["log_saturated_rps"]] = float(np.log(saturated))
+    row[_AT["capacity_rps"]] = saturated
+    return tuple(row)
+
+
+@lru_cache(maxsize=65536)
+def _replica_static(model: str, device: str, tp: int, weight_dtype: str, kv_dtype: str,
+                    max_num_seqs: float | None, max_num_batched_tokens: float | None, in_median: float,
+                    in_sigma: float, out_median: float, out_sigma: float,
+                    prefix_share: float) -> tuple[tuple[float, ...], float, float]:
+    """``(row, seconds per request, saturated seconds per request)`` of one replica: :func:`_static`'s
+    row with NaN where it depends on the replica count, and the two per-request times whose
+    inverse times the replica count are the capacities (a replica's cost model, memory and steps
+    do not depend on how many replicas there are)."""
     from latsim.costmodel.batch import BatchShape
 
-    d, engine, kv_tokens, cost = _priced(model, device, int(tp), int(replicas), weight_dtype, kv_dtype,
+    d, engine, kv_tokens, cost = _priced(model, device, int(tp), 1, weight_dtype, kv_dtype,
                                          max_num_seqs, max_num_batched_tokens)
     mean_in = length_mean(in_median, in_sigma, INPUT_CLIP)
     mean_out = length_mean(out_median, out_sigma, OUTPUT_CLIP)
@@ -413,9 +437,8 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
     firsts = [first_token_s(cost, engine.max_num_batched_tokens, x, prefix_share, ctx)
               for x in length_quantiles(in_median, in_sigma, INPUT_CLIP)]
     per_request = mean_out * step_full / seqs + prefill
-    capacity = replicas / per_request
-    saturated = replicas / saturated_request_s(cost, engine.max_num_batched_tokens, seqs, ctx,
-                                                (mean_in, in_median, in_sigma), prefix_share, mean_out)
+    saturated_request = saturated_request_s(cost, engine.max_num_batched_tokens, seqs, ctx,
+                                            (mean_in, in_median, in_sigma), prefix_share, mean_out)
     parts = np.array([prompt_parts_s(cost, engine.max_num_batched_tokens, x, prefix_share, ctx)
                       for x in np.clip(in_median * np.exp(in_sigma * _QUANTILES[2::4]), *INPUT_CLIP)])
     prompt_wall = float(np.maximum(parts[:, 0], parts[:, 1]).mean())
@@ -423,9 +446,9 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
     flops = d.device.peak_flops.get(weight_dtype, d.device.peak_flops["bf16"])
     row = (np.log(step1 * 1e3), np.log(step_full * 1e3), np.log(prefill * 1e3), np.log(first_token * 1e3),
            np.log(_kv_bytes(d)), np.log(kv_tokens), np.log(batch), float(batch < engine.max_num_seqs),
-           np.log(capacity), mean_in, mean_out, in_sigma, out_sigma, prefix_share, float(replicas), float(tp),
+           np.nan, mean_in, mean_out, in_sigma, out_sigma, prefix_share, np.nan, float(tp),
            np.log(_active_params(d.model)), np.log(d.device.hbm_bandwidth), np.log(flops),
-           np.log(engine.max_num_batched_tokens), *(np.log(f * 1e3) for f in firsts), np.log(saturated),
+           np.log(engine.max_num_batched_tokens), *(np.log(f * 1e3) for f in firsts), np.nan,
            *length_quantiles(out_median, out_sigma, OUTPUT_CLIP), np.log(prompt_wall * 1e3))
     grid = [cost.step_time(BatchShape(decode_seqs=min(g, seqs), decode_kv_tokens=int(min(g, seqs) * ctx))) * 1e3
             for g in BATCH_GRID]
@@ -435,8 +458,9 @@ def _static(model: str, device: str, tp: int, replicas: int, weight_dtype: str, 
         at.update({b: first_token_s(cost, engine.max_num_batched_tokens, x, prefix_share, ctx, b)
                    for b in sorted({min(g, seqs) for g in BATCH_GRID} - {1})})
         loaded += [at[min(g, seqs)] * 1e3 for g in BATCH_GRID]
-    return (*(float(x) for x in row), saturated, batch, prompt_step * 1e3, prompt_launch * 1e3, float(in_median),
-            *grid, *loaded)
+    values = (*(float(x) for x in row), np.nan, batch, prompt_step * 1e3, prompt_launch * 1e3, float(in_median),
+              *grid, *loaded)
+    return values, per_request, saturated_request
 
 
 @lru_cache(maxsize=4096)
