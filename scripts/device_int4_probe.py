@@ -15,7 +15,9 @@ linear shapes:
 3. ``--all-shapes``: the same sustained runs on every one of the four shapes, 4-bit (symmetric
    and with zero points, 2,048 and 8,160 rows) and vLLM's CUTLASS fp8 GEMM on randn weights
    (2,048 and 3,072 rows, the fp8 grid's largest), so that each class's capped ratio is not
-   gate_up's alone; writes ``$OUT/shapes_probe.json``.
+   gate_up's alone; writes ``$OUT/shapes_probe.json``.  ``--dtypes bf16`` does the same for
+   torch's bf16 GEMM on Llama-3.1-8B's four shapes (2,048 and 8,160 rows) and the 70B's (2,048
+   and 3,072: the bf16 grid's largest there); writes ``$OUT/shapes_probe_bf16.json``.
 
 Writes ``$OUT/int4_probe.json``; from the repository root on the GPU machine with vLLM
 importable (``scripts/device_fidelity.sh int4``).
@@ -39,6 +41,8 @@ SHAPES = {"qkv": (8192, 10240), "o": (8192, 8192), "gate_up": (8192, 57344), "do
 ROWS = (1, 8, 16, 32, 64, 128, 256, 512, 537, 1024, 2048, 4096, 8192)
 SUSTAINED_ROWS = (537, 2048, 8160)
 ALL_SHAPES_ROWS = {"int4": (2048, 8160), "fp8": (2048, 3072)}
+SHAPES_8B = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
+BF16_ROWS = {"llama-3.1-8b": (SHAPES_8B, (2048, 8160)), "llama-3.1-70b": (SHAPES, (2048, 3072))}
 
 
 def machete(ctx: Any, m: int, k: int, n: int, zero_points: bool, weights: str = "random") -> Any:
@@ -138,6 +142,20 @@ def all_shapes(ctx: Any, seconds: float) -> list[dict[str, Any]]:
     return rows
 
 
+def all_shapes_bf16(ctx: Any, seconds: float) -> list[dict[str, Any]]:
+    """Sustained runs of torch's bf16 GEMM on the 8B's and the 70B's four shapes."""
+    rows = []
+    for model, (shapes, ms) in BF16_ROWS.items():
+        for name, (k, n) in shapes.items():
+            for m in ms:
+                r = sustained(ctx, _gemm(ctx, "bf16", k, n, m), seconds)
+                print(f"sustained {model} {name:>7} bf16 M={m:>5}  {_summary(r)}", flush=True)
+                rows.append({"kernel": "gemm", "model": model, "shape": name, "dtype": "bf16", "K": k, "N": n,
+                             "M": m, **r})
+                ctx.clear()
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -145,8 +163,14 @@ def main() -> None:
     p.add_argument("--dummy-weights", action="store_true", help="only the random against dummy weights check")
     p.add_argument("--dummy-rows", type=lambda v: [int(x) for x in v.split(",")], default=[2048, 8160])
     p.add_argument("--all-shapes", action="store_true", help="only the sustained runs of every shape")
+    p.add_argument("--dtypes", default="int4,fp8", choices=["int4,fp8", "bf16"],
+                   help="with --all-shapes: the quantized kernels (default) or bf16")
     args = p.parse_args()
     ctx = make_context("cuda")
+    if args.all_shapes and args.dtypes == "bf16":
+        Path(args.out, "shapes_probe_bf16.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),
+                                                                       "rows": all_shapes_bf16(ctx, args.seconds)}))
+        return
     if args.all_shapes:
         Path(args.out, "shapes_probe.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),
                                                                   "group_size": INT4_GROUP,
