@@ -42,10 +42,9 @@ def main() -> None:
     parser.add_argument("--deployments", type=int, default=216)
     args = parser.parse_args()
     frame = grid(args.n, args.deployments)
-    from latsim.predict.features import _gpu, _priced, _static
+    from latsim.predict.features import clear_caches
 
-    for cache in (_static, _priced, _gpu):
-        cache.cache_clear()
+    clear_caches()
     start = time.perf_counter()
     from latsim.predict import load_surrogate
 

@@ -378,6 +378,12 @@ def _interp(steps: np.ndarray, n: np.ndarray) -> np.ndarray:
     return steps[rows, lo] * (1 - w) + steps[rows, hi] * w
 
 
+def clear_caches() -> None:
+    """Forget every deployment's cost model and static features (a benchmark's cold start)."""
+    for cache in (_static, _replica_static, _priced, _gpu):
+        cache.cache_clear()
+
+
 def _keys(frame: pd.DataFrame) -> list[tuple]:
     cols = [*DEPLOYMENT_COLUMNS, "input_median", "input_sigma", "output_median", "output_sigma", "prefix_share"]
     sub = frame[cols].astype(object).where(frame[cols].notna(), None)
