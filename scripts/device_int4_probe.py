@@ -18,6 +18,10 @@ linear shapes:
    gate_up's alone; writes ``$OUT/shapes_probe.json``.  ``--dtypes bf16`` does the same for
    torch's bf16 GEMM on Llama-3.1-8B's four shapes (2,048 and 8,160 rows) and the 70B's (2,048
    and 3,072: the bf16 grid's largest there); writes ``$OUT/shapes_probe_bf16.json``.
+4. ``--warming SECONDS``: a whole bf16 layer (the four shapes in turn, as an engine's step runs
+   them) back to back for ``SECONDS``, the 8B's at 8,160 rows, then after a cool-down the 70B's
+   at 3,072: how far the capped level keeps falling as the chip warms past the 2.5 s of the
+   runs above; writes ``$OUT/warming_probe.json``.
 
 Writes ``$OUT/int4_probe.json``; from the repository root on the GPU machine with vLLM
 importable (``scripts/device_fidelity.sh int4``).
@@ -156,6 +160,32 @@ def all_shapes_bf16(ctx: Any, seconds: float) -> list[dict[str, Any]]:
     return rows
 
 
+def layer_fn(ctx: Any, shapes: dict[str, tuple[int, int]], m: int) -> Any:
+    """``fn(i)``: call ``i`` runs shape ``i % 4`` of ``shapes`` (bf16, ``m`` rows), a layer's order."""
+    fns = [_gemm(ctx, "bf16", k, n, m) for k, n in shapes.values()]
+
+    def fn(i: int) -> Any:
+        return fns[i % len(fns)](i // len(fns))
+    return fn
+
+
+def warming(ctx: Any, seconds: float, cool_s: float = 20.0) -> list[dict[str, Any]]:
+    """A bf16 layer of the 8B (8,160 rows) and of the 70B (3,072 rows) sustained for ``seconds``
+    each, ``cool_s`` idle between; call ``j`` of a run is shape ``j % 4`` (qkv, o, gate_up, down)."""
+    import time
+
+    rows = []
+    for model, shapes, m in (("llama-3.1-8b", SHAPES_8B, 8160), ("llama-3.1-70b", SHAPES, 3072)):
+        if rows:
+            time.sleep(cool_s)
+        r = sustained(ctx, layer_fn(ctx, shapes, m), seconds)
+        print(f"warming {model} layer M={m}  {_summary(r)}", flush=True)
+        rows.append({"kernel": "gemm-layer", "model": model, "dtype": "bf16", "M": m,
+                     "shapes": {name: list(kn) for name, kn in shapes.items()}, **r})
+        ctx.clear()
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -165,8 +195,13 @@ def main() -> None:
     p.add_argument("--all-shapes", action="store_true", help="only the sustained runs of every shape")
     p.add_argument("--dtypes", default="int4,fp8", choices=["int4,fp8", "bf16"],
                    help="with --all-shapes: the quantized kernels (default) or bf16")
+    p.add_argument("--warming", type=float, metavar="SECONDS", help="only the long bf16 layer runs")
     args = p.parse_args()
     ctx = make_context("cuda")
+    if args.warming:
+        Path(args.out, "warming_probe.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),
+                                                                   "rows": warming(ctx, args.warming)}))
+        return
     if args.all_shapes and args.dtypes == "bf16":
         Path(args.out, "shapes_probe_bf16.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),
                                                                        "rows": all_shapes_bf16(ctx, args.seconds)}))
