@@ -143,3 +143,21 @@ def test_prompts_queue_more_near_capacity_and_where_they_take_the_replica(static
             assert np.all(at[name][3] > at[name][2]), (i, name)
         # outputs of 16 tokens: prompts take most of a replica's time and queue longer at the same load
         assert np.all(at["short"][3] > at["long"][3]), i
+
+
+def test_replicas_scale_only_the_capacities_and_a_cold_start_gives_the_same_features():
+    from latsim.predict.features import clear_caches
+
+    base = {"model": "llama-3.1-8b", "device": "h100", "tp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16",
+            "max_num_seqs": 256, "max_num_batched_tokens": 8192, "input_median": 600.0, "input_sigma": 0.8,
+            "output_median": 150.0, "output_sigma": 0.6, "prefix_share": 0.0, "qps": 5.0}
+    frame = pd.DataFrame([{**base, "replicas": r} for r in (1, 3)])
+    warm = static_features(frame)
+    one, three = warm.iloc[0], warm.iloc[1]
+    scaled = {"log_capacity_rps", "log_saturated_rps", "capacity_rps", "replicas"}
+    assert three["capacity_rps"] == pytest.approx(3 * one["capacity_rps"], rel=1e-12)
+    assert three["log_capacity_rps"] == pytest.approx(one["log_capacity_rps"] + np.log(3), rel=1e-12)
+    assert three["replicas"] == 3.0 and one["replicas"] == 1.0
+    assert (one.drop(list(scaled)) == three.drop(list(scaled))).all()
+    clear_caches()
+    assert static_features(frame).equals(warm)
