@@ -50,6 +50,9 @@ import pandas as pd
 from latsim.atomic import atomic_write_text
 
 CHUNK, GATE_UP, HEAVY_TOKENS = 8160, (4096, 28672), 2048
+CAPPED_WINDOW = (0.5, 1.0)
+"""Seconds into a sustained run whose calls' median is its capped time by default (later the
+chip's warming slows it 2-3 % more: ``data/power/README.md``)."""
 BUDGETS_MS = tuple(range(5, 105, 5))
 REFILLS = tuple(np.round(np.arange(0.05, 1.55, 0.05), 2))
 
@@ -90,7 +93,7 @@ def _first_ms(ms: list[float], window_ms: float = 30.0) -> float:
 
 
 def ratio_pairs(prefill: dict[str, Any], power: dict[str, Any], gemm: pd.DataFrame,
-                attn: pd.DataFrame) -> list[dict[str, Any]]:
+                attn: pd.DataFrame, window: tuple[float, float] = CAPPED_WINDOW) -> list[dict[str, Any]]:
     """(kernel, profile ms, full-clock ms, capped ms) for every measured pair."""
     out = []
     sus = {(r["case"], r.get("ctx")): r for r in prefill["sustained"]}
@@ -108,7 +111,7 @@ def ratio_pairs(prefill: dict[str, Any], power: dict[str, Any], gemm: pd.DataFra
         covered = r.get("case") == "prefill ctx=8160" or (r.get("dtype") == "bf16" and r.get("M", 0) >= HEAVY_TOKENS)
         if not covered:
             continue
-        full, capped = _fresh_and_capped(r)
+        full, capped = _fresh_and_capped(r, window)
         if r.get("case"):
             name, profile = f"FA3 prefill {CHUNK} at context 8160", profile_prefill_ms(attn, 8160)
         else:
@@ -117,25 +120,22 @@ def ratio_pairs(prefill: dict[str, Any], power: dict[str, Any], gemm: pd.DataFra
     return out
 
 
-def _fresh_and_capped(row: dict[str, Any]) -> tuple[float, float]:
+def _fresh_and_capped(row: dict[str, Any], window: tuple[float, float] = CAPPED_WINDOW) -> tuple[float, float]:
     """A power-probe run's full-clock time (calls 2-9 after the idle pause: the first of a group
     carries the launch gap) and capped time (median of the calls starting 0.5-1.0 s in)."""
-    return float(np.median(np.asarray(row["calls"])[1:9, 1])), _capped_ms(row)
+    return float(np.median(np.asarray(row["calls"])[1:9, 1])), _capped_ms(row, window)
 
 
-CAPPED_WINDOW = (0.5, 1.0)
-"""Seconds into a sustained run whose calls' median is its capped time (``--capped-window``)."""
-
-
-def _capped_ms(row: dict[str, Any]) -> float:
-    """A sustained run's capped time: the median of its calls starting :data:`CAPPED_WINDOW` in
-    (0.5-1.0 s; later the chip's warming slows it further)."""
+def _capped_ms(row: dict[str, Any], window: tuple[float, float] = CAPPED_WINDOW) -> float:
+    """A sustained run's capped time: the median of its calls starting ``window`` seconds in
+    (:data:`CAPPED_WINDOW` unless ``--capped-window`` says otherwise)."""
     calls = np.asarray(row["calls"])
-    window = (calls[:, 0] >= CAPPED_WINDOW[0]) & (calls[:, 0] < CAPPED_WINDOW[1])
-    return float(np.median(calls[window, 1]))
+    inside = (calls[:, 0] >= window[0]) & (calls[:, 0] < window[1])
+    return float(np.median(calls[inside, 1]))
 
 
-def quantized_pairs(power: dict[str, Any], int4: dict[str, Any], gemm: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+def quantized_pairs(power: dict[str, Any], int4: dict[str, Any], gemm: pd.DataFrame,
+                    window: tuple[float, float] = CAPPED_WINDOW) -> dict[str, list[dict[str, Any]]]:
     """Per quantized GEMM class, (kernel, profile ms, full-clock ms, capped ms) of every sustained
     run of at least ``HEAVY_TOKENS`` rows: vLLM's CUTLASS fp8 GEMMs (``power_probe.json.gz``) and
     Machete 4-bit GEMMs, symmetric and with zero points (``int4_probe.json.gz``), each over the
@@ -153,7 +153,7 @@ def quantized_pairs(power: dict[str, Any], int4: dict[str, Any], gemm: pd.DataFr
             if profile is None:
                 continue
             # full clock: the first 30 ms of calls (a 10 ms call's second to ninth would run past the budget)
-            full, capped = _first_ms([c[1] for c in r["calls"]]), _capped_ms(r)
+            full, capped = _first_ms([c[1] for c in r["calls"]]), _capped_ms(r, window)
             label = f"{cls} GEMM {shape[0]}x{shape[1]} M={r['M']}" + (" zero points" if r.get("zero_points") else "")
             out.setdefault(cls, []).append({"kernel": label, "profile_ms": profile,
                                             "full_ms": full, "capped_ms": capped})
@@ -164,7 +164,8 @@ LAYER_SHAPES = ((8192, 10240), (8192, 8192), (8192, 57344), (28672, 8192))
 """Llama-3.1-70B's qkv, o, gate_up and down GEMMs (K, N) at TP 1: one layer's linear layers."""
 
 
-def layer_ratios(shapes: dict[str, Any], gemm: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+def layer_ratios(shapes: dict[str, Any], gemm: pd.DataFrame,
+                 window: tuple[float, float] = CAPPED_WINDOW) -> dict[str, list[dict[str, Any]]]:
     """Per quantized GEMM class, one entry per (row count, zero points) whose sustained runs in
     ``shapes`` (``shapes_probe.json.gz``) cover all of :data:`LAYER_SHAPES` within the profile's
     rows: the summed profile, full-clock and capped milliseconds and their two ratios."""
@@ -174,7 +175,7 @@ def layer_ratios(shapes: dict[str, Any], gemm: pd.DataFrame) -> dict[str, list[d
         profile = profile_gemm_ms(gemm, r["M"], r["dtype"], shape)
         if profile is None or shape not in LAYER_SHAPES:
             continue
-        full, capped = _first_ms([c[1] for c in r["calls"]]), _capped_ms(r)
+        full, capped = _first_ms([c[1] for c in r["calls"]]), _capped_ms(r, window)
         key = (r["dtype"], int(r["M"]), bool(r.get("zero_points", False)))
         groups.setdefault(key, {})[shape] = {"profile_ms": profile, "full_ms": full, "capped_ms": capped}
     out: dict[str, list[dict[str, Any]]] = {}
@@ -283,16 +284,12 @@ def main() -> None:
             shapes = json.load(f)
     gemm = pd.read_parquet(args.profile / "gemm.parquet")
     attn = pd.read_parquet(args.profile / "attention.parquet")
-    table = ratio_pairs(prefill, power, gemm, attn)
+    window = (args.capped_window[0], args.capped_window[1]) if args.capped_window else CAPPED_WINDOW
+    table = ratio_pairs(prefill, power, gemm, attn, window)
     full = [p["full_ms"] / p["profile_ms"] for p in table if p["full_ms"]]
     capped = [p["capped_ms"] / p["profile_ms"] for p in table]
-    dynamics = fit_dynamics(power, table[0]["full_ms"])
-    if args.capped_window:
-        global CAPPED_WINDOW
-        CAPPED_WINDOW = (args.capped_window[0], args.capped_window[1])
-        table = ratio_pairs(prefill, power, gemm, attn)
-        capped = [p["capped_ms"] / p["profile_ms"] for p in table]
-    gemms = class_ratios(quantized_pairs(power, int4, gemm), layer_ratios(shapes, gemm))
+    dynamics = fit_dynamics(power, table[0]["full_ms"])  # the budget's fit keeps the default window
+    gemms = class_ratios(quantized_pairs(power, int4, gemm, window), layer_ratios(shapes, gemm, window))
     result = {
         "full_clock_ratio": float(np.median(full)), "capped_ratio": float(np.median(capped)),
         **{k: dynamics[k] for k in ("budget_s", "refill")},
@@ -304,7 +301,8 @@ def main() -> None:
                                               args.profile / "gemm.parquet", args.profile / "attention.parquet")
                     if p.exists()},
         "command": "python scripts/fit_power.py " + " ".join([str(args.folder), "--profile", str(args.profile),
-                                                               "--write"]),
+                                                               *(["--capped-window", *map(str, window)]
+                                                                 if args.capped_window else []), "--write"]),
     }
     print(json.dumps({k: v for k, v in result.items() if k != "sources"}, indent=1))
     if args.write:
