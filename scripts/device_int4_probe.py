@@ -186,6 +186,23 @@ def warming(ctx: Any, seconds: float, cool_s: float = 20.0) -> list[dict[str, An
     return rows
 
 
+def gate_up_sustained(ctx: Any, seconds: float) -> list[dict[str, Any]]:
+    """The gate_up GEMM of :data:`SUSTAINED_ROWS` sustained, symmetric and with zero points."""
+    rows = []
+    k, n = SHAPES["gate_up"]
+    for zp in (False, True):
+        for m in SUSTAINED_ROWS:
+            r = sustained(ctx, machete(ctx, m, k, n, zp), seconds)
+            print(f"sustained gate_up {'zp ' if zp else 'sym'} M={m:>5}  {_summary(r)}", flush=True)
+            rows.append({"kernel": "gemm", "dtype": "int4", "zero_points": zp, "K": k, "N": n, "M": m, **r})
+            ctx.torch.cuda.empty_cache()
+    return rows
+
+
+def _write(ctx: Any, folder: str, name: str, **fields: Any) -> None:
+    """``folder/name``: the GPU's name and ``fields``, as JSON."""
+    Path(folder, name).write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0), **fields}))
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -199,34 +216,16 @@ def main() -> None:
     args = p.parse_args()
     ctx = make_context("cuda")
     if args.warming:
-        Path(args.out, "warming_probe.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),
-                                                                   "rows": warming(ctx, args.warming)}))
-        return
-    if args.all_shapes and args.dtypes == "bf16":
-        Path(args.out, "shapes_probe_bf16.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),
-                                                                       "rows": all_shapes_bf16(ctx, args.seconds)}))
-        return
-    if args.all_shapes:
-        Path(args.out, "shapes_probe.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),
-                                                                  "group_size": INT4_GROUP,
-                                                                  "rows": all_shapes(ctx, args.seconds)}))
-        return
-    if args.dummy_weights:
-        rows = dummy_weights(ctx, args.seconds, args.dummy_rows)
-        Path(args.out, "dummy_weights_probe.json").write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0),
-                                                                         "rows": rows}))
-        return
-    out: dict[str, Any] = {"gpu": ctx.torch.cuda.get_device_name(0), "group_size": INT4_GROUP,
-                           "bursts": bursts(ctx), "sustained": []}
-    k, n = SHAPES["gate_up"]
-    for zp in (False, True):
-        for m in SUSTAINED_ROWS:
-            r = sustained(ctx, machete(ctx, m, k, n, zp), args.seconds)
-            print(f"sustained gate_up {'zp ' if zp else 'sym'} M={m:>5}  {_summary(r)}", flush=True)
-            out["sustained"].append({"kernel": "gemm", "dtype": "int4", "zero_points": zp, "K": k, "N": n,
-                                     "M": m, **r})
-            ctx.torch.cuda.empty_cache()
-    Path(args.out, "int4_probe.json").write_text(json.dumps(out))
+        _write(ctx, args.out, "warming_probe.json", rows=warming(ctx, args.warming))
+    elif args.all_shapes and args.dtypes == "bf16":
+        _write(ctx, args.out, "shapes_probe_bf16.json", rows=all_shapes_bf16(ctx, args.seconds))
+    elif args.all_shapes:
+        _write(ctx, args.out, "shapes_probe.json", group_size=INT4_GROUP, rows=all_shapes(ctx, args.seconds))
+    elif args.dummy_weights:
+        _write(ctx, args.out, "dummy_weights_probe.json", rows=dummy_weights(ctx, args.seconds, args.dummy_rows))
+    else:
+        _write(ctx, args.out, "int4_probe.json", group_size=INT4_GROUP, bursts=bursts(ctx),
+               sustained=gate_up_sustained(ctx, args.seconds))
 
 
 if __name__ == "__main__":
