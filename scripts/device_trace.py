@@ -20,6 +20,9 @@ the unprofiled timings, the host speed and the engine's config come back in ``--
 
     python3 scripts/device_trace.py --config-dir DIR --out $OUT/trace70b \\
         --scenario decode:seqs=150,in=512 --scenario prefill:in=2048,n=4
+
+``--resummarize FOLDER`` reduces the raw traces a run kept (``FOLDER/torch``) again, on any
+machine, after a change to :func:`summarize_trace`.
 """
 
 from __future__ import annotations
@@ -92,6 +95,13 @@ def parse_scenario(text: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ trace reduction
 
 
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+"""Profiler categories of the CPU calls that launch kernels: the runtime's (``cudaLaunchKernel``,
+``cudaGraphLaunch``) and the driver's (``cuLaunchKernel``, ``cuLaunchKernelEx``: Triton's kernels
+and cuBLASLt's in a step run without CUDA graphs; before the driver's were counted, such a step
+kept its attention kernels only)."""
+
+
 def _events(trace: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
 
@@ -101,8 +111,9 @@ def summarize_trace(trace: dict[str, Any], label: str) -> tuple[list[dict[str, A
 
     Steps start at each CPU :data:`STEP_MARK` annotation, which names the batch's composition
     (:data:`COMPOSITION` columns); a GPU kernel belongs to the step in
-    which the CPU call that launched it (its runtime event, matched by ``correlation``, a
-    ``cudaGraphLaunch`` for kernels replayed from a CUDA graph) was made.  Kernels launched
+    which the CPU call that launched it (its runtime or driver event, :data:`LAUNCH_CATEGORIES`,
+    matched by ``correlation``; a ``cudaGraphLaunch`` for kernels replayed from a CUDA graph) was
+    made.  Kernels launched
     before the first mark are dropped.  Per step: ``gpu_busy_us`` (sum of kernel durations),
     ``span_us`` (first kernel start to last kernel end), ``cpu_us`` (this mark to the next),
     ``kernels`` and one ``<class>_us`` column per :data:`CLASS_NAMES`; the last step, whose
@@ -114,7 +125,7 @@ def summarize_trace(trace: dict[str, Any], label: str) -> tuple[list[dict[str, A
                    and (m := STEP_MARK.match(str(e.get("name", "")))))
     marks = [ts for ts, _ in found]
     launch_ts = {e["args"]["correlation"]: float(e["ts"]) for e in events
-                 if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+                 if e.get("cat") in LAUNCH_CATEGORIES and "correlation" in e.get("args", {})}
     steps: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in events:
         if e.get("cat") != "kernel":
@@ -300,6 +311,30 @@ def load_trace(path: Path) -> dict[str, Any]:
         return json.load(fh)
 
 
+def resummarize(folder: Path) -> int:
+    """Write ``folder``'s ``steps.csv`` and ``kernels.csv`` again from the raw traces it kept
+    (``torch/``, named per scenario in ``timings.json``), in scenario order: for a run summarised
+    by an earlier :func:`summarize_trace`.  Returns the number of scenarios summarised; the CSVs
+    are written whole to temporary files and moved into place."""
+    meta = json.loads((folder / "timings.json").read_text())
+    tmp = {name: folder / f".{name}.tmp" for name in ("steps.csv", "kernels.csv")}
+    for path in tmp.values():
+        path.unlink(missing_ok=True)
+    done = 0
+    for res in meta.get("scenarios", []):
+        raw = folder / "torch" / str(res.get("trace", ""))
+        if not res.get("trace") or not raw.is_file():
+            continue
+        steps, kernels = summarize_trace(load_trace(raw), res["scenario"]["label"])
+        write_csv(tmp["steps.csv"], steps)
+        write_csv(tmp["kernels.csv"], kernels)
+        done += 1
+    for name, path in tmp.items():
+        if path.exists():
+            path.replace(folder / name)
+    return done
+
+
 async def run(args: argparse.Namespace) -> None:
     from vllm.config import ProfilerConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -354,13 +389,21 @@ async def run(args: argparse.Namespace) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--resummarize", type=Path, metavar="FOLDER",
+                   help="only reduce the raw traces a run kept in FOLDER/torch again (no GPU, no vLLM)")
     p.add_argument("--config-dir", help="a directory holding an HF config.json")
     p.add_argument("--model", help="a catalog model (latsim/data/catalog/models/NAME.json) instead")
-    p.add_argument("--out", required=True)
-    p.add_argument("--scenario", action="append", type=parse_scenario, required=True)
+    p.add_argument("--out")
+    p.add_argument("--scenario", action="append", type=parse_scenario)
     p.add_argument("--window", type=float, default=2.0, help="seconds of unprofiled decode timing")
     p.add_argument("--engine-arg", action="append", default=[], help="KEY=JSON, any AsyncEngineArgs")
     args = p.parse_args(argv)
+    if args.resummarize is not None:
+        if not (args.resummarize / "timings.json").is_file():
+            p.error(f"--resummarize {args.resummarize}: no timings.json there (a device_trace.py --out folder)")
+        return args
+    if args.out is None or not args.scenario:
+        p.error("--out and at least one --scenario are required (or --resummarize FOLDER)")
     if (args.config_dir is None) == (args.model is None):
         p.error("give exactly one of --config-dir and --model")
     return args
@@ -379,4 +422,8 @@ def config_dir(args: argparse.Namespace) -> str:
 
 
 if __name__ == "__main__":
-    asyncio.run(run(parse_args()))
+    parsed = parse_args()
+    if parsed.resummarize is not None:
+        print(f"{resummarize(parsed.resummarize)} scenarios summarised in {parsed.resummarize}")
+    else:
+        asyncio.run(run(parsed))

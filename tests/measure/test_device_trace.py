@@ -15,8 +15,8 @@ def _mark(ts: float, name: str = "execute_context_0(0)_generation_2(2)") -> dict
     return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": 5}
 
 
-def _launch(ts: float, corr: int, name: str = "cudaLaunchKernel") -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "ts": ts, "dur": 2, "args": {"correlation": corr}}
+def _launch(ts: float, corr: int, name: str = "cudaLaunchKernel", cat: str = "cuda_runtime") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": 2, "args": {"correlation": corr}}
 
 
 def _kernel(ts: float, dur: float, corr: int, name: str) -> dict:
@@ -48,6 +48,23 @@ def test_kernels_go_to_the_step_that_launched_them() -> None:
     assert {k["kernel"] for k in kernels}.isdisjoint({"before_any_step", "ends_after_the_trace"})
 
 
+def test_kernels_launched_through_the_driver_count_in_their_step() -> None:
+    """A step without CUDA graphs launches cuBLASLt's GEMMs with ``cuLaunchKernelEx`` and Triton's
+    kernels with ``cuLaunchKernel`` (the driver API): they belong to it as the runtime's do."""
+    events = [
+        _mark(100, "execute_context_1(512)_generation_60(60)"),
+        _launch(110, 1), _kernel(130, 50, 1, "void cutlass::device_kernel<flash::FlashAttnFwdSm90>"),
+        _launch(115, 2, "cuLaunchKernelEx", "cuda_driver"),
+        _kernel(190, 60, 2, "nvjet_sm90_tst_128x64_64x8_2x1_v_bz_TNT"),
+        _launch(120, 3, "cuLaunchKernel", "cuda_driver"), _kernel(260, 8, 3, "triton_red_fused_fused_add_rms_norm_0"),
+        _launch(125, 4, "cuEventRecord", "cuda_driver"),  # no kernel: ignored
+        _mark(400),
+    ]
+    (step,), _ = trace_script.summarize_trace({"traceEvents": events}, "chunked:in=512,n=1,decodes=60,din=512")
+    assert step["kernels"] == 3 and step["gpu_busy_us"] == 118
+    assert (step["attention_us"], step["gemm_us"], step["norm_us"]) == (50, 60, 8)
+
+
 @pytest.mark.parametrize(("name", "cls"), [
     ("void vllm::dynamic_per_token_scaled_fp8_quant_kernel<>", "quant"),
     ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<>>", "gemm"),
@@ -71,3 +88,31 @@ def test_scenarios_parse_and_reject_bad_text() -> None:
         trace_script.parse_scenario("prefill:in=5,n=0")
     with pytest.raises(ValueError, match="missing decodes, din"):
         trace_script.parse_scenario("chunked:in=5,n=1")
+
+
+def test_resummarize_rewrites_the_tables_from_the_kept_traces(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    events = [_mark(100), _launch(110, 1, "cuLaunchKernelEx", "cuda_driver"), _kernel(130, 40, 1, "nvjet_tst_x"),
+              _mark(300)]
+    (tmp_path / "torch").mkdir()
+    with gzip.open(tmp_path / "torch" / "a.pt.trace.json.gz", "wt") as fh:
+        json.dump({"traceEvents": events}, fh)
+    (tmp_path / "timings.json").write_text(json.dumps({"scenarios": [
+        {"scenario": {"label": "decode:seqs=2,in=8"}, "trace": "a.pt.trace.json.gz"},
+        {"scenario": {"label": "prefill:in=5,n=1"}, "trace": "missing.json.gz"}]}))
+    (tmp_path / "steps.csv").write_text("stale\n")
+    assert trace_script.resummarize(tmp_path) == 1
+    lines = (tmp_path / "steps.csv").read_text().splitlines()
+    assert lines[0].startswith("scenario,step,") and len(lines) == 2 and ",40.0," in lines[1]
+    assert "nvjet_tst_x" in (tmp_path / "kernels.csv").read_text()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_resummarize_needs_a_trace_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as err:
+        trace_script.parse_args(["--resummarize", str(tmp_path)])
+    assert err.value.code == 2 and "no timings.json there" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        trace_script.parse_args(["--model", "phi-3-mini"])
