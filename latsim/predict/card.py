@@ -24,6 +24,8 @@ def write_card_markdown(card: dict) -> str:
              f"learning rate {card['trees'].get('learning_rate', 0.1)}, at least "
              f"{card['trees'].get('min_child_weight', 1)} rows per leaf"
              + (f", {card['trees']['objective'].replace('_', ' ')} loss" if "objective" in card["trees"] else "")
+             + "".join(f"; {target}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings.items())
+                       for target, settings in card.get("target_trees", {}).items())
              + "; each latency learned as its log-ratio to the "
              "configuration's physics at its load (latsim.predict.surrogate.baseline_ms), made non-decreasing in load "
              "on a grid of loads"

@@ -20,6 +20,8 @@ rate over the saturated capacity, the closer estimate).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -47,7 +49,7 @@ def groups(frame: pd.DataFrame, split: str, seed: int = 0) -> np.ndarray:
 
 
 def cross_predict(frame: pd.DataFrame, static: pd.DataFrame, split: str,
-                  extra: tuple[pd.DataFrame, pd.DataFrame] | None = None, **fit_args: float) -> pd.DataFrame:
+                  extra: tuple[pd.DataFrame, pd.DataFrame] | None = None, **fit_args: Any) -> pd.DataFrame:
     """Every row predicted by a surrogate fitted without its group (index of ``frame``);
     ``static`` holds the rows' :func:`latsim.predict.features.static_features`.
 
@@ -73,7 +75,7 @@ def cross_predict(frame: pd.DataFrame, static: pd.DataFrame, split: str,
             keep = np.ones(len(extra_frame), dtype=bool) if extra_g is None else extra_g != value
             train_frame = pd.concat([train_frame, extra_frame[keep]], ignore_index=True)
             train_feats = pd.concat([train_feats, extra_feats[keep]], ignore_index=True)
-        model = fit_surrogate(train_frame, train_feats, **fit_args)  # type: ignore[arg-type]
+        model = fit_surrogate(train_frame, train_feats, **fit_args)
         parts.append(model.predict_static(static[test], qps[test]))
     return pd.concat(parts).loc[frame.index]
 

@@ -24,7 +24,10 @@ import pandas as pd
 from latsim.atomic import atomic_write_text
 from latsim.predict.features import features_at, static_features
 from latsim.predict.recipe import TARGETS, read_results
-from latsim.predict.surrogate import STABILITY_TREES, TREES
+from latsim.predict.surrogate import STABILITY_TREES, TARGET_TREES, TREES
+
+FIT = {**TREES, "target_trees": TARGET_TREES}
+"""The shipped fit's settings (:func:`latsim.predict.surrogate.fit_surrogate`), held-out and final alike."""
 
 SPLITS = ("configuration", "model_family", "gpu")
 
@@ -83,12 +86,13 @@ def build_card(frame: pd.DataFrame, static: pd.DataFrame, live: dict | None,
                   "simulator_commit": simulator_commit(), "sample_size": len(frame),
                   "num_requests_per_configuration": int(frame["num_requests"].iloc[0]),
                   "design": design_text(frame),
-                  "trees": TREES, "stability_trees": STABILITY_TREES, "stable_share": float(frame["stable"].mean()),
+                  "trees": TREES, "target_trees": TARGET_TREES, "stability_trees": STABILITY_TREES,
+                  "stable_share": float(frame["stable"].mean()),
                   "held_out": {}}
     if extra is not None:
         card["train_only"] = {"size": len(extra[0]), "design": design_text(extra[0])}
     for split in SPLITS:
-        card["held_out"][split] = score(frame, feats, cross_predict(frame, static, split, extra, **TREES))
+        card["held_out"][split] = score(frame, feats, cross_predict(frame, static, split, extra, **FIT))
         print(f"held out by {split}: " + ", ".join(
             f"{t} {card['held_out'][split][t]['median']:.3f}" for t in TARGETS), flush=True)
     if live is not None:
@@ -148,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     extra = (extra_frame, static_features(extra_frame)) if extra_frame is not None else None
     fit_frame = pd.concat([frame, extra[0]], ignore_index=True) if extra else frame
     fit_static = pd.concat([static, extra[1]], ignore_index=True) if extra else static
-    surrogate = fit_surrogate(fit_frame, features_at(fit_static, fit_frame["qps"].to_numpy(dtype=float)), **TREES)
+    surrogate = fit_surrogate(fit_frame, features_at(fit_static, fit_frame["qps"].to_numpy(dtype=float)), **FIT)
     live = live_card(Path(args.live), surrogate) if args.live else None
     surrogate.card = build_card(frame, static, live, extra)
     surrogate.card["domain"] = surrogate.domain

@@ -196,3 +196,45 @@ def test_the_two_sided_monotone_envelope_is_non_decreasing_and_less_biased_on_a_
     assert bias_max > 0.5 and abs(bias_two) < bias_max / 2
     rising = np.cumsum(np.abs(flat), axis=1)  # already non-decreasing: both leave it as it is
     np.testing.assert_array_equal(non_decreasing(rising, two_sided=True), rising)
+
+
+class _Fitted:
+    """Records the settings a regressor or classifier was built with; fits nothing."""
+
+    made: list[dict] = []
+
+    def __init__(self, **settings) -> None:
+        _Fitted.made.append(settings)
+
+    def fit(self, X, y):
+        return self
+
+
+def test_target_trees_change_only_the_target_they_name(monkeypatch):
+    from latsim.predict import surrogate as S
+    from latsim.predict.features import FEATURES
+    from latsim.predict.recipe import TARGETS
+
+    _Fitted.made = []
+    monkeypatch.setattr(S, "MonotoneBoostedRegressor", _Fitted)
+    monkeypatch.setattr(S, "BoostedStabilityClassifier", _Fitted)
+    monkeypatch.setattr(S, "baseline_ms", lambda feats, target, run_requests=0: np.ones(len(feats)))
+    monkeypatch.setattr(S, "training_domain", lambda frame, feats: {})
+    frame = pd.DataFrame({**{t: [1.0, 2.0] for t in TARGETS}, "stable": [True, False], "num_requests": 10})
+    feats = pd.DataFrame({f: [0.0, 1.0] for f in FEATURES})
+    S.fit_surrogate(frame, feats, max_depth=6, target_trees={"ttft_ms_p99": {"max_depth": 8}})
+    depths = dict(zip(TARGETS, (m["max_depth"] for m in _Fitted.made), strict=False))
+    assert depths.pop("ttft_ms_p99") == 8 and set(depths.values()) == {6}
+    with pytest.raises(ValueError, match="target_trees names ttft_ms_p42: the targets are ttft_ms_p50"):
+        S.fit_surrogate(frame, feats, target_trees={"ttft_ms_p42": {"max_depth": 8}})
+    with pytest.raises(ValueError, match="target_trees names depth: .* and the settings n_estimators, max_depth"):
+        S.fit_surrogate(frame, feats, target_trees={"ttft_ms_p99": {"depth": 8}})
+
+
+def test_the_shipped_fit_names_known_targets_and_settings():
+    from latsim.predict.recipe import TARGETS
+    from latsim.predict.surrogate import TARGET_TREES, TREES
+    from latsim.predict.train import FIT
+
+    assert set(TARGET_TREES) <= set(TARGETS) and all(set(s) <= set(TREES) for s in TARGET_TREES.values())
+    assert FIT["target_trees"] is TARGET_TREES and FIT["max_depth"] == TREES["max_depth"]
