@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from importlib.resources import files
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -42,8 +43,9 @@ def test_the_installed_package_ships_the_surrogate_as_json():
         assert json.loads(text)["learner"]  # xgboost's JSON model format, not pickle
         total += len(text.encode())
     # 400 trees of depth 6 per target take about 2 MiB of JSON each (about 0.5 MiB compressed, as git
-    # and the wheel store them); 100 of depth 4 took 0.2 MiB but missed by 2 points more (models/recipe/README.md)
-    assert total <= 24 * 2**20
+    # and the wheel store them), TTFT P99's of depth 8 about 4.4 MiB; 100 of depth 4 took 0.2 MiB but
+    # missed by 2 points more (models/recipe/README.md)
+    assert total <= 26 * 2**20
 
 
 def test_predict_is_vectorised_over_the_grid_columns(surrogate):
@@ -201,7 +203,7 @@ def test_the_two_sided_monotone_envelope_is_non_decreasing_and_less_biased_on_a_
 class _Fitted:
     """Records the settings a regressor or classifier was built with; fits nothing."""
 
-    made: list[dict] = []
+    made: ClassVar[list[dict]] = []
 
     def __init__(self, **settings) -> None:
         _Fitted.made.append(settings)
@@ -227,7 +229,7 @@ def test_target_trees_change_only_the_target_they_name(monkeypatch):
     assert depths.pop("ttft_ms_p99") == 8 and set(depths.values()) == {6}
     with pytest.raises(ValueError, match="target_trees names ttft_ms_p42: the targets are ttft_ms_p50"):
         S.fit_surrogate(frame, feats, target_trees={"ttft_ms_p42": {"max_depth": 8}})
-    with pytest.raises(ValueError, match="target_trees names depth: .* and the settings n_estimators, max_depth"):
+    with pytest.raises(ValueError, match=r"target_trees names depth: .* and the settings n_estimators, max_depth"):
         S.fit_surrogate(frame, feats, target_trees={"ttft_ms_p99": {"depth": 8}})
 
 
