@@ -37,6 +37,7 @@ from typing import Any
 
 from device_power_probe import _gemm, _summary, sustained  # scripts/ is on the path when a script runs by path
 
+from latsim.atomic import atomic_write_text
 from latsim.calibration.context import make_context
 from latsim.calibration.gemm import INT4_GROUP
 from latsim.calibration.timing import rotation_sets
@@ -200,8 +201,10 @@ def gate_up_sustained(ctx: Any, seconds: float) -> list[dict[str, Any]]:
 
 
 def _write(ctx: Any, folder: str, name: str, **fields: Any) -> None:
-    """``folder/name``: the GPU's name and ``fields``, as JSON."""
-    Path(folder, name).write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0), **fields}))
+    """``folder/name``: the GPU's name and ``fields``, as JSON, written atomically (a probe cut
+    short leaves no half file)."""
+    atomic_write_text(Path(folder, name), json.dumps({"gpu": ctx.torch.cuda.get_device_name(0), **fields}))
+
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
