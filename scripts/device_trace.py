@@ -10,7 +10,11 @@ each one a batch of steps of a known composition:
   token): N prefill steps of I tokens (chunks of the token budget when I is above it);
 * ``chunked:in=I,n=N,decodes=D,din=J`` - D decoding requests of J prompt tokens in the
   background, then N prompts of I tokens one after another: steps of a prefill chunk at a
-  growing cached context beside D decodes (the long-prompt workload's steps).
+  growing cached context beside D decodes (the long-prompt workload's steps);
+* ``graphless:in=I,n=N,decodes=D,din=J`` - the same steps, never profiled: D decoders (0: none),
+  then N prompts of I tokens one at a time, each sent at a random phase of the decode step;
+  per prompt its TTFT and the decoders' emissions around it (:func:`graphless`), from which
+  the launch of the prompt's step and its end are read (``scripts/graphless_steps.py``).
 
 Each scenario is timed twice: first without the profiler (the client's token times: the step
 time the engine really gives), then with the torch profiler on for a few steps.  The trace
@@ -75,16 +79,18 @@ def kernel_class(name: str) -> str:
 
 def parse_scenario(text: str) -> dict[str, Any]:
     """``kind:key=value,...`` into a dict; ValueError names what is accepted."""
-    kinds = {"decode": {"seqs", "in"}, "prefill": {"in", "n"}, "chunked": {"in", "n", "decodes", "din"}}
+    kinds = {"decode": {"seqs", "in"}, "prefill": {"in", "n"}, "chunked": {"in", "n", "decodes", "din"},
+             "graphless": {"in", "n", "decodes", "din"}}
     kind, _, rest = text.partition(":")
     if kind not in kinds:
         raise ValueError(f"scenario {text!r}: kind must be one of {', '.join(kinds)}")
     out: dict[str, Any] = {"kind": kind, "label": text}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
-        if key not in kinds[kind] or not value.isdigit() or int(value) < 1:
+        least = 0 if (kind, key) == ("graphless", "decodes") else 1
+        if key not in kinds[kind] or not value.isdigit() or int(value) < least:
             raise ValueError(f"scenario {text!r}: {item!r}; {kind} takes {', '.join(sorted(kinds[kind]))} "
-                             f"as positive integers")
+                             f"as positive integers" + (" (decodes may be 0)" if kind == "graphless" else ""))
         out[key] = int(value)
     missing = kinds[kind] - out.keys()
     if missing:
@@ -300,6 +306,42 @@ async def chunked(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> 
             "decode_itl_busy_ms": sorted(1e3 * g for g in busy)[-16 * sc["n"]:] if busy else []}
 
 
+EMISSION_SPLIT_S = 5e-4
+"""Tokens of one engine step reach the client within about 0.1 ms of each other: a larger gap
+in the decoders' merged token times starts the next step's emission."""
+
+
+def emissions(client: Client, rids: list[str], t0: float, t1: float) -> list[float]:
+    """Start times of the decoders' emissions (one per engine step) within [t0, t1]."""
+    ts = sorted(t for rid in rids for t in client.times.get(rid, []) if t0 <= t <= t1)
+    return [b for a, b in zip([-1.0, *ts], ts, strict=False) if b - a > EMISSION_SPLIT_S]
+
+
+async def graphless(client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
+    """Unprofiled: ``decodes`` decoders (none when 0), then ``n`` prompts of ``in`` tokens one at
+    a time, each sent after a random pause (0.05-0.10 s, seeded by the tag) so that it arrives
+    at any phase of a decode step.  Per prompt: the TTFT and the decoders' emissions from 50 ms
+    before it was sent to 50 ms after its first token, in ms from when it was sent."""
+    import random
+
+    rng = random.Random(tag)
+    rids, tasks, ok = await start_decoders(client, tag, sc["decodes"], sc["din"], 3000) if sc["decodes"] \
+        else ([], [], True)
+    prompts = []
+    for j in range(sc["n"]):
+        await asyncio.sleep(0.05 + 0.05 * rng.random())
+        rid = f"{tag}-g{j}"
+        await client.one(rid, sc["in"], 1)
+        sent, first = client.sent[rid], client.times[rid][0]
+        await asyncio.sleep(0.05)
+        ems = emissions(client, rids, sent - 0.05, first + 0.05)
+        prompts.append({"ttft_ms": 1e3 * (first - sent), "emissions_ms": [round(1e3 * (e - sent), 3) for e in ems]})
+    quiet = gaps_in(client, rids, client.sent[f"{tag}-g0"] - 0.5, client.sent[f"{tag}-g0"]) if rids else []
+    if rids:
+        await stop_decoders(client.engine, rids, tasks)
+    return {"all_started": ok, "decode_itl_quiet_ms": 1e3 * (_median(quiet) or float("nan")), "prompts": prompts}
+
+
 def newest_trace(folder: Path, seen: set[Path]) -> Path | None:
     found = [p for p in folder.rglob("*.json*") if p not in seen and "trace" in p.name]
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
@@ -365,10 +407,12 @@ async def run(args: argparse.Namespace) -> None:
             res = await decode(engine, client, sc, args.window, tag)
         elif sc["kind"] == "prefill":
             res = await prefill(engine, client, sc, tag)
+        elif sc["kind"] == "graphless":
+            res = await graphless(client, sc, tag)
         else:
             res = await chunked(engine, client, sc, tag)
         res.update(scenario=sc, seconds=time.perf_counter() - t)
-        path = newest_trace(prof_dir, seen)
+        path = newest_trace(prof_dir, seen) if sc["kind"] != "graphless" else None
         if path is not None:
             seen.add(path)
             steps, kernels = summarize_trace(load_trace(path), sc["label"])

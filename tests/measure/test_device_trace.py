@@ -90,6 +90,22 @@ def test_scenarios_parse_and_reject_bad_text() -> None:
         trace_script.parse_scenario("chunked:in=5,n=1")
 
 
+def test_graphless_scenario_takes_zero_decodes_only() -> None:
+    sc = trace_script.parse_scenario("graphless:in=1024,n=20,decodes=0,din=512")
+    assert (sc["kind"], sc["decodes"], sc["in"]) == ("graphless", 0, 1024)
+    with pytest.raises(ValueError, match="decodes may be 0"):
+        trace_script.parse_scenario("graphless:in=0,n=20,decodes=0,din=512")
+    with pytest.raises(ValueError, match="positive integers"):
+        trace_script.parse_scenario("chunked:in=512,n=2,decodes=0,din=512")
+
+
+def test_emissions_start_where_the_merged_token_times_jump() -> None:
+    client = trace_script.Client(engine=None, vocab=100)
+    client.times = {"a": [1.0, 1.010, 1.020], "b": [1.00005, 1.01008, 1.030]}
+    got = trace_script.emissions(client, ["a", "b"], 1.005, 1.05)
+    assert got == [1.010, 1.020, 1.030]
+
+
 def test_resummarize_rewrites_the_tables_from_the_kept_traces(tmp_path: Path) -> None:
     import gzip
     import json

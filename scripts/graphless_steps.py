@@ -1,0 +1,166 @@
+"""Graph-less steps of a live engine against the cost model, from ``device_trace.py graphless`` runs.
+
+    python scripts/graphless_steps.py data/traces/h200/graphless/llama-3.1-8b [...] [--csv OUT]
+
+Each ``graphless`` scenario sent prompts of ``in`` tokens one at a time beside ``decodes``
+decoders (unprofiled).  Under asynchronous scheduling the step that carries a prompt is decided
+once the step before the one running has sent its outputs (emission ``e0``); when that prompt's
+step runs without CUDA graphs, its launch holds back the running step's outputs until the launch
+ends (emission ``e1``); its own outputs carry the prompt's first token (``first``).  Per scenario
+this prints the medians of the launch ``e1 - e0``, the tail ``first - e1``, the whole cycle
+``first - e0`` and the TTFT, and what the cost model gives for the same step at the run's host
+speed (the mean of the probes before and after): the step's GPU time with and without the
+per-layer term of a graph-less step (``eager_layer_s``), its launch, and the cycle each way,
+``max(D + gpu, launch + launch_tail_s)`` with ``D`` the measured decode step (the step running
+when the prompt's step was decided).  Prompts without decoders give only the TTFT; its model
+counterpart is ``frontend + max(gpu, launch + tail)`` for a graph-less step and ``frontend +
+host + gpu`` for a graph step.  ``--csv`` writes one row per scenario (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from latsim.atomic import atomic_write_text
+from latsim.catalog.lookup import load_device, load_model
+from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.host import HostOverlapCostModel
+from latsim.deployment import Deployment, EngineConfig
+from latsim.sim.host_report import _cost_model
+
+FIRST_MATCH_MS = 1.5
+"""The decoders' emission carrying the prompt's first token starts at most this long before the
+client sees it (the client takes a step's tokens one after another: 0.4 ms for 120 of them)."""
+LATE_MS = 0.3
+"""... and at most this long after it (the two clocks are one; this is rounding)."""
+
+
+def cycle_parts(prompt: dict[str, Any]) -> tuple[float, float, float] | None:
+    """``(e0, e1, first)`` in ms from the prompt's send, or None when the emissions around its
+    first token are not there (no decoders, or the prompt's step was the first one seen)."""
+    first = float(prompt["ttft_ms"])
+    ems = [float(e) for e in prompt["emissions_ms"]]
+    at = [i for i, e in enumerate(ems) if -LATE_MS <= first - e <= FIRST_MATCH_MS]
+    if not at or at[-1] < 2:
+        return None
+    i = at[-1]
+    return ems[i - 2], ems[i - 1], first
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def run_speed(meta: dict[str, Any]) -> float:
+    """The mean of the host probes before and after the run (1.0 when none was recorded)."""
+    speeds = [meta[k]["host_speed"] for k in ("host_speed_before", "host_speed_after") if meta.get(k)]
+    return sum(speeds) / len(speeds) if speeds else 1.0
+
+
+def cost_model(meta: dict[str, Any], speed: float) -> HostOverlapCostModel:
+    """The engine's default cost model for the run's model (catalog name from its argv) on an H200."""
+    argv = meta["argv"]
+    name = argv[argv.index("--model") + 1]
+    max_len = next((int(a.split("=")[1]) for a in argv if a.startswith("max_model_len=")), None)
+    ec = meta.get("engine_config", {})
+    engine = EngineConfig(max_num_seqs=ec.get("max_num_seqs"), max_num_batched_tokens=ec.get("max_num_batched_tokens"),
+                          max_model_len=max_len, num_gpu_blocks=ec.get("num_gpu_blocks"), host_speed=speed)
+    return _cost_model(Deployment(model=load_model(name), device=load_device("h200"), engine=engine))
+
+
+def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any]:
+    """One scenario's measured medians beside the model's step (decoders' context: 512 + the
+    tokens they had made, about a second of decoding)."""
+    sc = res["scenario"]
+    decodes, prompt = sc["decodes"], sc["in"]
+    quiet = float(res.get("decode_itl_quiet_ms", float("nan")))
+    context = sc["din"] + (int(1000.0 / quiet) if decodes else 0)
+    shape = BatchShape.from_chunks([(prompt, 0)], [context] * decodes)
+    gpu, host = cm.parts(shape)
+    graphless = cm._graph_tokens is not None and shape.num_tokens > cm._graph_tokens
+    eager = cm._eager_s if graphless else 0.0
+    launch = cm.launch_s(shape)
+    tail = cm.launch_tail_s if launch > 0 else 0.0
+    parts = [p for p in (cycle_parts(x) for x in res["prompts"]) if p is not None]
+    row: dict[str, Any] = {
+        "scenario": sc["label"], "tokens": shape.num_tokens, "graphless": graphless, "n": len(res["prompts"]),
+        "ttft_ms": _median([float(x["ttft_ms"]) for x in res["prompts"]]), "decode_ms": quiet,
+        "cycles": len(parts), "launch_ms": _median([b - a for a, b, _ in parts]),
+        "tail_ms": _median([c - b for _, b, c in parts]), "cycle_ms": _median([c - a for a, _, c in parts]),
+        "model_gpu_ms": 1e3 * gpu, "model_gpu_less_eager_ms": 1e3 * (gpu - eager), "model_launch_ms": 1e3 * launch,
+    }
+    d = quiet / 1e3 if decodes else 0.0
+    for key, g in (("model_cycle_ms", gpu), ("model_cycle_less_eager_ms", gpu - eager)):
+        row[key] = 1e3 * max(d + g, launch + tail) if launch > 0 else 1e3 * (d + max(g, host))
+    if not decodes:
+        row["model_ttft_ms"] = 1e3 * (cm.frontend_s + (max(gpu, launch + tail) if launch > 0 else host + gpu))
+        row["model_ttft_less_eager_ms"] = 1e3 * (cm.frontend_s + (max(gpu - eager, launch + tail) if launch > 0
+                                                                  else host + gpu))
+    return row
+
+
+def folder_rows(folder: Path) -> tuple[float, list[dict[str, Any]]]:
+    meta = json.loads((folder / "timings.json").read_text())
+    speed = run_speed(meta)
+    cm = cost_model(meta, speed)
+    rows = [scenario_row(cm, res) for res in meta["scenarios"] if res["scenario"]["kind"] == "graphless"]
+    for row in rows:
+        row.update(run=folder.name, host_speed=round(speed, 3))
+    return speed, rows
+
+
+HEADER = "tok  ttft  | D     launch tail  cycle | model gpu (-eager) launch cycle (-eager) ttft (-eager)"
+"""Column heads of the printed table (ms; the model's values with and without ``eager_layer_s``)."""
+PRINTED = (("tokens", "{:4d}"), ("ttft_ms", " {:5.1f} |"), ("decode_ms", " {:5.2f}"), ("launch_ms", " {:5.1f}"),
+           ("tail_ms", " {:5.1f}"), ("cycle_ms", " {:5.1f} |"), ("model_gpu_ms", " {:5.1f}"),
+           ("model_gpu_less_eager_ms", " ({:5.1f})"), ("model_launch_ms", " {:5.1f}"), ("model_cycle_ms", " {:5.1f}"),
+           ("model_cycle_less_eager_ms", " ({:5.1f})"), ("model_ttft_ms", " {:5.1f}"),
+           ("model_ttft_less_eager_ms", " ({:5.1f})"))
+
+
+def format_row(row: dict[str, Any]) -> str:
+    """One scenario's printed line after its label (NaN where a value does not apply)."""
+    return "".join(fmt.format(row.get(key, float("nan"))) for key, fmt in PRINTED)
+
+
+def table_csv(rows: list[dict[str, Any]]) -> str:
+    """The rows as CSV text (floats to 4 significant digits; a key a row lacks left empty)."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    w.writeheader()
+    w.writerows({k: f"{v:.4g}" if isinstance(v, float) else v for k, v in r.items()} for r in rows)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folders", nargs="+", type=Path)
+    p.add_argument("--csv", type=Path)
+    args = p.parse_args(argv)
+    missing = [str(f) for f in args.folders if not (f / "timings.json").is_file()]
+    if missing:
+        print(f"no timings.json in {', '.join(missing)} (device_trace.py --out folders)", file=sys.stderr)
+        return 2
+    every = []
+    for folder in args.folders:
+        speed, rows = folder_rows(folder)
+        every += rows
+        print(f"{folder}  host speed {speed:.3f}")
+        print(f"  {'scenario':44s} {HEADER}")
+        for r in rows:
+            print(f"  {r['scenario']:44s} {format_row(r)}")
+    if args.csv:
+        atomic_write_text(args.csv, table_csv(every))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

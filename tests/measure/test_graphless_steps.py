@@ -1,0 +1,67 @@
+"""scripts/graphless_steps.py: reading a graph-less step's launch and end from the decoders' emissions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.script_module import load_script
+
+gl = load_script(Path("graphless_steps.py"))
+
+
+def test_cycle_parts_reads_decision_launch_end_and_first_token() -> None:
+    # decode steps every 5 ms, the prompt's step decided after the emission at 3.0, the running
+    # step's outputs held until its launch ended at 25.0, its first token seen 0.4 ms into the
+    # emission of its own step at 28.6
+    prompt = {"ttft_ms": 29.0, "emissions_ms": [-7.0, -2.0, 3.0, 25.0, 28.6, 34.0]}
+    assert gl.cycle_parts(prompt) == (3.0, 25.0, 29.0)
+
+
+def test_cycle_parts_needs_two_emissions_before_the_first_token() -> None:
+    assert gl.cycle_parts({"ttft_ms": 20.0, "emissions_ms": [3.0, 19.9]}) is None
+    assert gl.cycle_parts({"ttft_ms": 20.0, "emissions_ms": []}) is None
+    # no emission within 1.5 ms before the first token: the decoders did not see that step
+    assert gl.cycle_parts({"ttft_ms": 20.0, "emissions_ms": [1.0, 5.0, 10.0, 15.0]}) is None
+
+
+def test_run_speed_is_the_mean_of_the_probes() -> None:
+    meta = {"host_speed_before": {"host_speed": 1.2}, "host_speed_after": {"host_speed": 1.0}}
+    assert gl.run_speed(meta) == pytest.approx(1.1)
+    assert gl.run_speed({}) == 1.0
+
+
+def _timings(folder: Path, decodes: int) -> Path:
+    folder.mkdir()
+    sc = {"kind": "graphless", "label": f"graphless:in=1024,n=2,decodes={decodes},din=512", "in": 1024,
+          "n": 2, "decodes": decodes, "din": 512}
+    prompts = [{"ttft_ms": 40.0, "emissions_ms": [-3.0, 2.0, 30.0, 39.5]},
+               {"ttft_ms": 44.0, "emissions_ms": [4.0, 36.0, 43.8]}]
+    meta = {"argv": ["device_trace.py", "--model", "llama-3.1-8b", "--engine-arg", "max_model_len=8192"],
+            "host_speed_before": {"host_speed": 1.0}, "host_speed_after": {"host_speed": 1.0},
+            "scenarios": [{"scenario": sc, "decode_itl_quiet_ms": 5.0, "prompts": prompts}],
+            "engine_config": {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}}
+    (folder / "timings.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_a_graphless_row_prices_the_step_both_ways(tmp_path: Path) -> None:
+    speed, (row,) = gl.folder_rows(_timings(tmp_path / "run", decodes=16))
+    assert speed == 1.0 and row["graphless"] and row["tokens"] == 1040 and row["cycles"] == 2
+    assert row["launch_ms"] == pytest.approx((28.0 + 32.0) / 2) and row["cycle_ms"] == pytest.approx((38.0 + 40.0) / 2)
+    assert row["model_gpu_ms"] > row["model_gpu_less_eager_ms"] > 0
+    tail = 1e3 * 0.00307  # the shipped launch tail
+    for cycle, gpu in (("model_cycle_ms", "model_gpu_ms"), ("model_cycle_less_eager_ms", "model_gpu_less_eager_ms")):
+        assert row[cycle] == pytest.approx(max(5.0 + row[gpu], row["model_launch_ms"] + tail), rel=1e-6)
+
+
+def test_the_csv_keeps_labels_with_commas_whole(tmp_path: Path) -> None:
+    text = gl.table_csv([{"scenario": "graphless:in=512,n=2", "x": 1.23456}, {"scenario": "b", "y": 2.0}])
+    assert text.splitlines() == ["scenario,x,y", '"graphless:in=512,n=2",1.235,', "b,,2"]
+
+
+def test_a_folder_without_timings_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert gl.main([str(tmp_path)]) == 2
+    assert "no timings.json" in capsys.readouterr().err
