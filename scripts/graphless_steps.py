@@ -65,8 +65,12 @@ def run_speed(meta: dict[str, Any]) -> float:
 
 
 def cost_model(meta: dict[str, Any], speed: float) -> HostOverlapCostModel:
-    """The engine's default cost model for the run's model (catalog name from its argv) on an H200."""
-    argv = meta["argv"]
+    """The engine's default cost model for the run's model (catalog name from its argv) on an H200;
+    ValueError for a run of a ``--config-dir`` model (its config is not kept beside the timings)."""
+    argv = meta.get("argv", [])
+    if "--model" not in argv[:-1]:
+        raise ValueError("the run names no catalog model (device_trace.py --model NAME); "
+                         "a --config-dir run cannot be priced from its timings alone")
     name = argv[argv.index("--model") + 1]
     max_len = next((int(a.split("=")[1]) for a in argv if a.startswith("max_model_len=")), None)
     ec = meta.get("engine_config", {})
@@ -151,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     every = []
     for folder in args.folders:
-        speed, rows = folder_rows(folder)
+        try:
+            speed, rows = folder_rows(folder)
+        except ValueError as err:
+            print(f"{folder}: {err}", file=sys.stderr)
+            return 2
         every += rows
         print(f"{folder}  host speed {speed:.3f}")
         print(f"  {'scenario':44s} {HEADER}")

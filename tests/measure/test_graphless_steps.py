@@ -48,11 +48,13 @@ def _timings(folder: Path, decodes: int) -> Path:
 
 
 def test_a_graphless_row_prices_the_step_both_ways(tmp_path: Path) -> None:
-    speed, (row,) = gl.folder_rows(_timings(tmp_path / "run", decodes=16))
+    folder = _timings(tmp_path / "run", decodes=16)
+    speed, (row,) = gl.folder_rows(folder)
     assert speed == 1.0 and row["graphless"] and row["tokens"] == 1040 and row["cycles"] == 2
     assert row["launch_ms"] == pytest.approx((28.0 + 32.0) / 2) and row["cycle_ms"] == pytest.approx((38.0 + 40.0) / 2)
     assert row["model_gpu_ms"] > row["model_gpu_less_eager_ms"] > 0
-    tail = 1e3 * 0.00307  # the shipped launch tail
+    tail = 1e3 * gl.cost_model(json.loads((folder / "timings.json").read_text()), 1.0).launch_tail_s
+    assert tail > 0
     for cycle, gpu in (("model_cycle_ms", "model_gpu_ms"), ("model_cycle_less_eager_ms", "model_gpu_less_eager_ms")):
         assert row[cycle] == pytest.approx(max(5.0 + row[gpu], row["model_launch_ms"] + tail), rel=1e-6)
 
@@ -65,3 +67,12 @@ def test_the_csv_keeps_labels_with_commas_whole(tmp_path: Path) -> None:
 def test_a_folder_without_timings_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert gl.main([str(tmp_path)]) == 2
     assert "no timings.json" in capsys.readouterr().err
+
+
+def test_a_run_without_a_catalog_model_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _timings(tmp_path / "run", decodes=16)
+    meta = json.loads((folder / "timings.json").read_text())
+    meta["argv"] = ["device_trace.py", "--config-dir", "/tmp/x"]
+    (folder / "timings.json").write_text(json.dumps(meta))
+    assert gl.main([str(folder)]) == 2
+    assert "names no catalog model" in capsys.readouterr().err
