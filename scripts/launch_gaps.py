@@ -70,6 +70,14 @@ def split_emissions(times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return times[starts[keep]], merged
 
 
+def carrying_emission(emissions: np.ndarray, first_tokens: np.ndarray) -> np.ndarray:
+    """Index of the emission that carries each first token: the last emission starting at or
+    before it.  A first token is one of the chunk times the emissions were split from, and
+    comes last in its step's outputs; near capacity a step's outputs take up to a millisecond or
+    more to reach the client, so a first token can trail its emission's start by that much."""
+    return np.searchsorted(emissions, first_tokens, side="right") - 1
+
+
 def gaps(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(launch gaps, tails, sequences of the launched step) of the held first tokens of ``run``,
     gaps in seconds, and its layer count."""
@@ -77,7 +85,7 @@ def gaps(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     ok = m.requests[m.requests["status"] == "ok"]
     times = np.sort(np.concatenate([np.asarray(c, dtype=float) for c in ok["chunk_times_s"]]))
     emissions, counts = split_emissions(times)
-    j = np.searchsorted(emissions, ok["first_token_s"].to_numpy() - 2e-4)
+    j = carrying_emission(emissions, ok["first_token_s"].to_numpy())
     j = j[j >= 2]
     launch, tail = emissions[j - 1] - emissions[j - 2], emissions[j] - emissions[j - 1]
     held = launch > HELD_S

@@ -5,7 +5,11 @@ sampled tokens into outputs for each request.  With vLLM's synchronous loop that
 the GPU time; with asynchronous scheduling (vLLM 0.25.1's default) step N+1 is prepared while
 step N runs, so a step lasts about ``max(gpu, host)``.  ``frontend_s`` is the latency a request
 sees outside the step loop (handing the request to the engine process and streaming tokens
-back): it shifts every token time of a request, leaving TPOT and ITL unchanged.
+back): it shifts every token time of a request, leaving TPOT and ITL unchanged.  The output
+path also costs ``output_seq_s`` per request whose output the front end handles before a new
+request's first token, which comes last among its step's outputs (the requests running then:
+:func:`latsim.sim.simulate.outputs_ahead`); measured in live runs as the first token's delay
+past the engine's own stamp (``scripts/output_lag.py``).
 
 A step with more tokens than the largest captured CUDA graph (vLLM: ``min(2 x max_num_seqs,
 512, max_num_batched_tokens)`` tokens, :func:`latsim.engines.vllm.defaults.cudagraph_limit`) runs without graphs: every
@@ -38,7 +42,8 @@ from latsim.costmodel.batch import BatchShape, StepPricer
 class HostOverhead:
     """Host seconds per step (``step_s + seq_s x sequences``), front-end latency, GPU-time scale,
     the extra seconds per layer of a step run without CUDA graphs, and that step's launch
-    (seconds per layer, and the GPU's tail after the launch; zero: not modelled)."""
+    (seconds per layer, and the GPU's tail after the launch; zero: not modelled), and the
+    front end's time per output ahead of a first token."""
 
     step_s: float
     seq_s: float
@@ -51,6 +56,7 @@ class HostOverhead:
     launch_moe_layer_s: float = 0.0
     launch_tail_s: float = 0.0
     launch_sigma: float = 0.0
+    output_seq_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gpu_scale, (int, float)) and 0.0 < self.gpu_scale < 10.0):
@@ -71,7 +77,7 @@ class HostOverhead:
         return replace(self, source=f"{self.source} at host speed {speed:g}", **scaled)
 
 
-SPEED_FIELDS = ("step_s", "seq_s", "frontend_s", "launch_layer_s", "launch_moe_layer_s")
+SPEED_FIELDS = ("step_s", "seq_s", "frontend_s", "launch_layer_s", "launch_moe_layer_s", "output_seq_s")
 """The terms that are the engine's CPU time, and so scale with the host's CPU speed."""
 HOST_SPEED_RANGE = (0.1, 10.0)
 
@@ -108,6 +114,7 @@ class HostOverlapCostModel:
         self.kind = inner.kind
         self.label = getattr(inner, "label", inner.kind)
         self.frontend_s = host.frontend_s
+        self.output_seq_s = host.output_seq_s
         self._inner_step = inner.step_time  # step_time is hot: bind once
         self.power = getattr(inner, "power", None)
         """The GPU's power-cap terms, when the inner model has them (:mod:`latsim.costmodel.power`)."""

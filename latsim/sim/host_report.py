@@ -87,7 +87,7 @@ class _Tally:
 
     def __init__(self, inner: HostOverlapCostModel) -> None:
         self.inner = inner
-        self.kind, self.frontend_s = inner.kind, inner.frontend_s
+        self.kind, self.frontend_s, self.output_seq_s = inner.kind, inner.frontend_s, inner.output_seq_s
         self.launch_from, self.launch_tail_s, self.launch_sigma = (inner.launch_from, inner.launch_tail_s,
                                                                    inner.launch_sigma)
         self.gpu: list[float] = []

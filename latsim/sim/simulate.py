@@ -125,20 +125,47 @@ def _requests(trace: RequestTrace, block_size: int) -> list[Req]:
     return [Req(i, arrival[i], prompt[i], target[i], g[i], p[i], block_size) for i in range(len(arrival))]
 
 
-def records_frame(requests: list[Req], frontend_s: float = 0.0) -> pd.DataFrame:
+def outputs_ahead(requests: list[Req]) -> np.ndarray:
+    """Per request, how many other requests of its replica were running when its first token
+    came out (first scheduled at or before it, finished at or after it): the outputs the front
+    end hands on before a new request's first token, which comes last among its step's.  Zero
+    for a request without a first token."""
+    n = len(requests)
+    ahead = np.zeros(n)
+    first = np.array([r.first_token for r in requests], dtype=float)
+    start = np.array([r.first_scheduled for r in requests], dtype=float)
+    end = np.array([r.finish for r in requests], dtype=float)
+    end[np.isnan(end)] = np.inf  # still running at the horizon
+    replica = np.array([r.replica for r in requests])
+    for rep in np.unique(replica):
+        mine = np.flatnonzero(replica == rep)
+        starts = np.sort(start[mine][~np.isnan(start[mine])])
+        ends = np.sort(end[mine][~np.isnan(start[mine])])
+        t = first[mine]
+        running = np.searchsorted(starts, t, side="right") - np.searchsorted(ends, t, side="left")
+        ahead[mine] = np.where(np.isnan(t), 0.0, np.maximum(running - 1, 0))
+    return ahead
+
+
+def records_frame(requests: list[Req], frontend_s: float = 0.0, output_seq_s: float = 0.0) -> pd.DataFrame:
     """The per-request DataFrame (columns documented in ``latsim.metrics``).
 
     ``frontend_s`` (the cost model's front-end latency: handing a request to the engine and
-    streaming its tokens back) delays every token a request receives; it is added here, after
-    the simulation, because it does not change what the engine does.
+    streaming its tokens back) delays every token a request receives; ``output_seq_s`` x
+    :func:`outputs_ahead` delays its first token more (the front end's time for the outputs
+    handed on before it).  Both are added here, after the simulation, because they do not change
+    what the engine does.
     """
     status = [STATUS.get(r.state, "unfinished") for r in requests]
+    first = np.array([r.first_token for r in requests], dtype=float) + frontend_s
+    if output_seq_s > 0.0 and requests:
+        first = first + output_seq_s * outputs_ahead(requests)
     return pd.DataFrame({
         "request_id": np.arange(len(requests)),
         "replica": [r.replica for r in requests],
         "arrival_s": [r.arrival for r in requests],
         "first_scheduled_s": [r.first_scheduled for r in requests],
-        "first_token_s": [r.first_token + frontend_s for r in requests],
+        "first_token_s": first,
         "finish_s": [r.finish + frontend_s for r in requests],
         "input_tokens": [r.prompt for r in requests],
         "output_tokens": [r.target for r in requests],
@@ -151,7 +178,7 @@ def records_frame(requests: list[Req], frontend_s: float = 0.0) -> pd.DataFrame:
 def _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, horizon) -> SimulationResult:
     for replica in replicas:
         replica.launch.release([r for r in requests if r.replica == replica.index])
-    records = records_frame(requests, cost_model.frontend_s)
+    records = records_frame(requests, cost_model.frontend_s, cost_model.output_seq_s)
     records["request_id"] = trace.request_ids  # the request's position in the trace's source
     itl_values, itl_weights = recorder.itl_samples()
     rng = np.random.default_rng(seed)

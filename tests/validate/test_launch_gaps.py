@@ -23,3 +23,14 @@ def test_a_step_sent_in_chunks_of_128_is_one_emission() -> None:
     assert starts.tolist() == [0.010, 0.030, 0.060, step_e[0]]
     plain = np.r_[0.0, 0.001, 0.003]                           # parts of other sizes never merge
     assert lg.split_emissions(plain)[1].tolist() == [1, 1, 1]
+
+
+def test_a_first_token_late_in_its_emission_is_carried_by_that_emission() -> None:
+    """Near capacity a step's outputs reach the client over a millisecond or more and a new
+    request's first token comes last: it belongs to the emission it trails, not the next one."""
+    lg = load_script(Path("launch_gaps.py"))
+    steps = [0.000, 0.020, 0.027]                               # a held gap (20 ms), then a normal step
+    times = np.sort(np.concatenate([s + np.arange(80) * 15e-6 for s in steps]))   # 1.2 ms per emission
+    starts, _ = lg.split_emissions(times)
+    first_tokens = np.array([times[159], times[80], times[-1]])  # last of the 2nd, first of the 2nd, last
+    assert lg.carrying_emission(starts, first_tokens).tolist() == [1, 1, 2]
