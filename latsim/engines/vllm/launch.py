@@ -4,7 +4,7 @@ vLLM 0.25.1's asynchronous engine loop, once step N-1's outputs have gone out: d
 N+1, launch it, wait for step N to finish, send out step N's outputs, decide step N+2, ...
 Launching a graph step is one replay (cheap; the cost model's host term covers the CPU time);
 a step too large for the captured graphs is launched kernel by kernel from Python, which takes
-``HostOverlapCostModel.launch_s`` (about 0.6 ms per dense layer on an H200 host, measured).
+``HostOverlapCostModel.launch_s`` (about 0.5 ms per dense layer on an H200 host, measured).
 Three things follow, all seen in the streamed token times of live runs
 (``docs/step-time-model.md``):
 
