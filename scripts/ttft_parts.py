@@ -15,7 +15,10 @@ timestamps, ``latsim.measure.records``):
 The simulator's replay of the same run (``latsim validate``'s, at the run's host speed with
 ``--host-speed probe``) gives ``queue`` (first scheduled step minus arrival) and ``prefill``
 (first token minus first scheduled step) and one front-end latency, ``frontend_s``, which it
-adds to every token; the measured ``front_end + output`` is what that term stands for.
+adds to every token; the measured ``front_end + output`` is what that term stands for, less the
+part of ``output`` that grows with the requests running (``output_seq_s`` per request, which
+the replay adds to each first token and so shows inside its ``prefill``;
+``scripts/output_lag.py`` measures it).
 
     python scripts/ttft_parts.py data/validation/h200-fidelity/llama-3.1-8b-mix-timed [--host-speed probe]
 
