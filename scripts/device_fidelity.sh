@@ -14,6 +14,7 @@
 #   bash scripts/device_fidelity.sh int4         # 4-bit Machete with and without zero points, bursts and sustained
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh trace NAME ARGS...  # scripts/device_trace.py ARGS into $OUT/NAME.tar.gz
+#   bash scripts/device_fidelity.sh serve NAME ARGS...  # scripts/device_serve_probe.py ARGS into $OUT/NAME.tar.gz
 #
 # Everything lands in $OUT (at most 8 files come back): calibration tarballs and summaries,
 # quant_kernels.json, <NAME>.tar.gz of the measured run tree, and a log per step.
@@ -85,6 +86,16 @@ live() {
   unpack || return 1
   rm -rf "/tmp/m/$name" && mkdir -p "/tmp/m/$name"
   python3 scripts/device_measure.py --out "/tmp/m/$name" "$@"
+  tar -C /tmp/m -czf "$OUT/$name.tar.gz" "$name"
+  ls -la "$OUT"
+}
+
+serve() {
+  local name=$1; shift
+  unpack || return 1
+  rm -rf "/tmp/m/$name" && mkdir -p "/tmp/m/$name"
+  python3 scripts/device_serve_probe.py --out "/tmp/m/$name" "$@"
+  gzip -f "/tmp/m/$name/server.log"
   tar -C /tmp/m -czf "$OUT/$name.tar.gz" "$name"
   ls -la "$OUT"
 }
