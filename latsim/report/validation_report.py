@@ -72,7 +72,7 @@ def summary_figure(levels: list[Any], path: Path) -> None:
             axis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=6, frameon=False)
+    fig.legend(handles, labels, loc="center right", fontsize=6 if len(runs) > 12 else 8, frameon=False)
     _error_bars(axes[1][1], runs)
     fig.suptitle(f"latsim vs measured: {len(runs)} runs, {len(levels)} load levels")
     fig.tight_layout(rect=(0.0, 0.0, LEGEND_SPLIT, 1.0))
@@ -95,12 +95,16 @@ def _colors(n: int) -> list[str]:
     return [COLORS[i % len(COLORS)] for i in range(n)]
 
 
+BAR_SHADES = ("0.3", "0.65")
+"""Greys for the error bars (TTFT, TPOT): the runs' colours mean runs in the other panels."""
+
+
 def _error_bars(ax: Any, runs: dict[str, list[Any]]) -> None:
     names = [_run_label(r) for r in runs]
     y = np.arange(len(names))
-    for offset, (metric, label) in zip((-0.2, 0.2), PANELS[:2], strict=True):
+    for offset, shade, (metric, label) in zip((-0.2, 0.2), BAR_SHADES, PANELS[:2], strict=True):
         errors = [_median_abs_error(lvs, metric) for lvs in runs.values()]
-        ax.barh(y + offset, [100 * e for e in errors], height=0.4, label=f"P99 {label}")
+        ax.barh(y + offset, [100 * e for e in errors], height=0.4, color=shade, label=f"P99 {label}")
     ax.set_yticks(y, names, fontsize=7)
     ax.invert_yaxis()
     ax.set(xlabel="median |error| of P99 over Poisson levels (%)", title="P99 error per run")
