@@ -10,8 +10,10 @@ nothing until the client leaves; ``error500`` answers HTTP 500; ``malformed`` se
 chunk, then a ``data:`` line that is not JSON; ``no_done`` ends the stream without ``[DONE]``.
 The ``usage`` event counts a token-id prompt's ids, or a text prompt's words.
 
-The server notes, per request, when it arrived (``perf_counter``, comparable with the client's
-in the same process) and its JSON body, and tracks the peak number of requests in flight.
+The server notes, per request, when it arrived and when it wrote each token chunk
+(``perf_counter``, comparable with the client's in the same process), its JSON body, and tracks
+the peak number of requests in flight.  On a loaded machine the server's own timers run late;
+the written times are what a client should have seen.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class StreamingTestServer:
         self.schedule = schedule or ServerSchedule()
         self.arrivals: list[float] = []
         self.bodies: list[dict[str, Any]] = []
+        self.chunk_writes: list[list[float]] = []
+        """Per request, in arrival order: when each token chunk was written."""
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -95,12 +99,15 @@ class StreamingTestServer:
         self._stop.set()
         await self._runner.cleanup()
 
-    def _enter_request(self, body: dict[str, Any]) -> None:
+    def _enter_request(self, body: dict[str, Any]) -> list[float]:
+        """Note the request; the list its chunks' write times go into."""
         with self._lock:
             self.arrivals.append(time.perf_counter())
             self.bodies.append(body)
+            self.chunk_writes.append([])
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            return self.chunk_writes[-1]
 
     def _leave_request(self) -> None:
         with self._lock:
@@ -109,18 +116,18 @@ class StreamingTestServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         start = time.perf_counter()
         body = await request.json()
-        self._enter_request(body)
+        writes = self._enter_request(body)
         try:
             if self.schedule.mode == "error500":
                 return web.Response(status=500, text="synthetic failure")
             prompt = body.get("prompt", [])
             prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
-            return await self._stream(request, int(body["max_tokens"]), prompt_tokens, start)
+            return await self._stream(request, int(body["max_tokens"]), prompt_tokens, start, writes)
         finally:
             self._leave_request()
 
     async def _stream(self, request: web.Request, n: int, prompt_tokens: int,
-                      start: float) -> web.StreamResponse:
+                      start: float, writes: list[float]) -> web.StreamResponse:
         sch = self.schedule
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -129,6 +136,7 @@ class StreamingTestServer:
             await _sleep_until(start + sch.first_token_s + j * sch.token_interval_s)
             k = min(sch.tokens_per_chunk, n - sent)
             await resp.write(_event(_chunk(k, sent, sch.include_token_ids)))
+            writes.append(time.perf_counter())
             sent, j = sent + k, j + 1
             if sch.mode == "stall":
                 assert self._stop is not None

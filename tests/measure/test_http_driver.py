@@ -26,17 +26,25 @@ def test_ttft_and_itl_follow_the_schedule(tmp_path: Path) -> None:
     with StreamingTestServer(sch) as srv:
         run_http(srv.url, "m", trace(1), LoadSpec())  # warm both sides' cold code paths
         m = run_http(srv.url, "m", trace(5, 0.05, out=10), LoadSpec(request_timeout_s=5), tmp_path)
-        body = srv.bodies[-1]
+        body, writes, arrivals = srv.bodies[-1], srv.chunk_writes[1:], srv.arrivals[1:]  # [0]: the warm-up
     req = m.requests
     assert req["status"].tolist() == ["ok"] * 5
     assert req["output_tokens_received"].tolist() == [10] * 5
     assert req["input_tokens"].tolist() == [16] * 5  # the server's usage.prompt_tokens
     ttft = (req["first_token_s"] - req["sent_s"]).to_numpy()
-    assert ttft.min() > 0.040 - 0.002 and abs(np.median(ttft) - 0.040) < TOL_S
-    assert ttft.max() < 0.040 + 3 * TOL_S
+    assert ttft.min() > 0.040 - 0.002  # never before the server's schedule
+    # The client saw each chunk soon after the server wrote it (the server's own timers may run
+    # late on a loaded machine; what is measured is what was written).
+    # Each on its own clock origin: the client's chunk times from when it sent the request, the
+    # server's writes from when the request arrived (after it was sent).
+    order = np.argsort(req["sent_s"].to_numpy())
+    written = np.array(writes) - np.array(arrivals)[:, None]  # requests in arrival order x chunks
+    seen = np.array([req["chunk_times_s"].iloc[i] for i in order]) - req["sent_s"].to_numpy()[order, None]
+    lag = seen - written
+    assert lag.min() > 0.0 and np.median(lag) < TOL_S and lag.max() < 3 * TOL_S
     values, weights = m.itl_samples()
     assert len(values) == 45 and np.allclose(weights, 1)
-    assert abs(np.median(values) - 0.010) < 0.003 and values.max() < 0.010 + 2 * TOL_S
+    assert np.allclose(np.sort(values), np.sort(np.diff(written, axis=1).ravel()), atol=2 * TOL_S)
     assert body["max_tokens"] == body["min_tokens"] == 10 and body["ignore_eos"] is True
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert isinstance(body["prompt"], list) and len(body["prompt"]) == 16
