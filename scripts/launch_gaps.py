@@ -37,7 +37,7 @@ import numpy as np
 from latsim.engines.vllm import host_write
 from latsim.engines.vllm.host_terms import read_host_terms
 from latsim.measure.records import load_run
-from latsim.provenance import display_path, record, round_decimals, run_inputs, significant
+from latsim.provenance import round_decimals, run_inputs, significant
 
 HELD_S = 8e-3
 SPLIT_S = 5e-4
@@ -168,12 +168,7 @@ def write(args: argparse.Namespace, terms: dict[str, float], results: dict, step
               "host": {"step_s": step_s, "seq_s": seq_s}, "decimals": {k: DECIMALS[k] for k in terms}}
     results = significant({**results, **{f"{k}_unrounded": v for k, v in terms.items()}}, 6)
     rounded = {k: round_decimals(v, DECIMALS[k]) for k, v in terms.items()}
-    try:
-        written = host_write.write_terms(args.yaml, rounded, record(inputs, results, exclude=args.yaml),
-                                         script="launch_gaps", entry="calibrated")
-    except ValueError as exc:
-        raise SystemExit(f"{display_path(args.yaml)}: {exc}") from None
-    print(f"{display_path(args.yaml)}: {'written' if written else 'unchanged'} ({', '.join(rounded)})")
+    host_write.write_or_exit(args.yaml, rounded, inputs, results, script="launch_gaps")
 
 
 if __name__ == "__main__":

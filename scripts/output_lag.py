@@ -28,7 +28,7 @@ import pandas as pd
 
 from latsim.engines.vllm import host_write
 from latsim.measure.records import load_run
-from latsim.provenance import display_path, record, round_decimals, run_inputs, significant
+from latsim.provenance import display_path, round_decimals, run_inputs, significant
 from latsim.validate.compare import run_host_speed
 
 DECIMALS = 8
@@ -98,13 +98,8 @@ def main() -> None:
 def write(args: argparse.Namespace, slope: float, results: dict) -> None:
     """Write ``output_seq_s`` and its provenance into ``args.yaml``."""
     inputs = {"runs": run_inputs(args.runs), "decimals": {"output_seq_s": DECIMALS}}
-    terms = {"output_seq_s": round_decimals(slope, DECIMALS)}
-    try:
-        written = host_write.write_terms(args.yaml, terms, record(inputs, results, exclude=args.yaml),
-                                         script="output_lag", entry="calibrated")
-    except ValueError as exc:
-        raise SystemExit(f"{display_path(args.yaml)}: {exc}") from None
-    print(f"{display_path(args.yaml)}: {'written' if written else 'unchanged'} (output_seq_s)")
+    host_write.write_or_exit(args.yaml, {"output_seq_s": round_decimals(slope, DECIMALS)}, inputs, results,
+                             script="output_lag")
 
 
 if __name__ == "__main__":

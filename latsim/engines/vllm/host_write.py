@@ -86,6 +86,20 @@ def write_terms(path: str | Path, terms: Mapping[str, float], record: Mapping[st
     return True
 
 
+def write_or_exit(path: Path, terms: Mapping[str, float], inputs: Mapping[str, Any], results: Mapping[str, Any],
+                  *, script: str, entry: str | None = "calibrated") -> None:
+    """A script's ``--write``: :func:`write_terms` with the provenance record of ``inputs`` and
+    ``results`` (:func:`latsim.provenance.record`, the file itself left out of the inputs); prints
+    whether the file was written; SystemExit naming the file for what :func:`write_terms` refuses."""
+    from latsim.provenance import display_path, record
+
+    try:
+        written = write_terms(path, terms, record(inputs, results, exclude=path), script=script, entry=entry)
+    except ValueError as exc:
+        raise SystemExit(f"{display_path(path)}: {exc}") from None
+    print(f"{display_path(path)}: {'written' if written else 'unchanged'} ({', '.join(terms)})")
+
+
 class _Dumper(yaml.SafeDumper):
     """Block style, but a list of plain scalars on one line (``[2, 4, 8]``)."""
 
