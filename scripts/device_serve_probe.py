@@ -39,8 +39,9 @@ from latsim.atomic import atomic_write_text
 from latsim.measure.hostprobe import HostProbe
 from latsim.measure.http_driver import HttpOptions, run_http_async
 from latsim.measure.loadgen import LoadSpec
+from latsim.paths import CATALOG as CATALOG_DIR
 
-CATALOG = Path(__file__).resolve().parent.parent / "latsim" / "data" / "catalog" / "models"
+CATALOG = CATALOG_DIR / "models"
 KV_LINE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 
 

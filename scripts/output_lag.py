@@ -29,6 +29,7 @@ import pandas as pd
 from latsim.engines.vllm import host_write
 from latsim.measure.records import load_run
 from latsim.provenance import display_path, round_decimals, run_inputs, significant
+from latsim.sim.simulate import running_at
 from latsim.validate.compare import run_host_speed
 
 DECIMALS = 8
@@ -40,9 +41,8 @@ def lags(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     ok = requests[(requests["status"] == "ok") & requests["engine_first_token_s"].notna()
                   & requests["engine_scheduled_s"].notna() & requests["engine_last_token_s"].notna()]
     stamp = ok["engine_first_token_s"].to_numpy(dtype=float)
-    starts = np.sort(ok["engine_scheduled_s"].to_numpy(dtype=float))
-    ends = np.sort(ok["engine_last_token_s"].to_numpy(dtype=float))
-    running = np.searchsorted(starts, stamp, side="right") - np.searchsorted(ends, stamp, side="left")
+    scheduled, last = (ok[col].to_numpy(dtype=float) for col in ("engine_scheduled_s", "engine_last_token_s"))
+    running = running_at(scheduled, last, stamp)
     return ok["first_token_s"].to_numpy(dtype=float) - stamp, np.maximum(running - 1, 0).astype(float)
 
 

@@ -139,12 +139,18 @@ def outputs_ahead(requests: list[Req]) -> np.ndarray:
     replica = np.array([r.replica for r in requests])
     for rep in np.unique(replica):
         mine = np.flatnonzero(replica == rep)
-        starts = np.sort(start[mine][~np.isnan(start[mine])])
-        ends = np.sort(end[mine][~np.isnan(start[mine])])
-        t = first[mine]
-        running = np.searchsorted(starts, t, side="right") - np.searchsorted(ends, t, side="left")
-        ahead[mine] = np.where(np.isnan(t), 0.0, np.maximum(running - 1, 0))
+        scheduled = ~np.isnan(start[mine])
+        running = running_at(start[mine][scheduled], end[mine][scheduled], first[mine])
+        ahead[mine] = np.where(np.isnan(first[mine]), 0.0, np.maximum(running - 1, 0))
     return ahead
+
+
+def running_at(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """How many of the intervals ``[starts[i], ends[i]]`` hold each of ``times`` (both ends
+    included): the requests running at each instant, given when each was first scheduled and
+    when it finished.  The simulator's :func:`outputs_ahead` and the live measurement of the
+    output path (``scripts/output_lag.py``) count with it."""
+    return np.searchsorted(np.sort(starts), times, side="right") - np.searchsorted(np.sort(ends), times, side="left")
 
 
 def records_frame(requests: list[Req], frontend_s: float = 0.0, output_seq_s: float = 0.0) -> pd.DataFrame:

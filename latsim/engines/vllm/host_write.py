@@ -21,7 +21,7 @@ from latsim.atomic import atomic_write_text
 from latsim.costmodel.host import TERMS
 from latsim.engines.vllm.host_terms import CPU_FIELDS, HOST_TERMS_KEY, REQUIRED_FIELDS, host_overhead_in
 from latsim.paths import engine_data
-from latsim.provenance import plain, same_computation
+from latsim.provenance import display_path, plain, record, same_computation
 
 ENGINE_TERMS = ("host_reference_probe_s",)
 """Terms of an engine as a whole (not of one kind of GPU model)."""
@@ -91,8 +91,6 @@ def write_or_exit(path: Path, terms: Mapping[str, float], inputs: Mapping[str, A
     """A script's ``--write``: :func:`write_terms` with the provenance record of ``inputs`` and
     ``results`` (:func:`latsim.provenance.record`, the file itself left out of the inputs); prints
     whether the file was written; SystemExit naming the file for what :func:`write_terms` refuses."""
-    from latsim.provenance import display_path, record
-
     try:
         written = write_terms(path, terms, record(inputs, results, exclude=path), script=script, entry=entry)
     except ValueError as exc:
