@@ -10,7 +10,7 @@ nothing until the client leaves; ``error500`` answers HTTP 500; ``malformed`` se
 chunk, then a ``data:`` line that is not JSON; ``no_done`` ends the stream without ``[DONE]``.
 The ``usage`` event counts a token-id prompt's ids, or a text prompt's words.
 
-The server notes, per request, when it arrived and when it wrote each token chunk
+The server notes, per request, when it arrived and when it began to write each token chunk
 (``perf_counter``, comparable with the client's in the same process), its JSON body, and tracks
 the peak number of requests in flight.  On a loaded machine the server's own timers run late;
 the written times are what a client should have seen.
@@ -135,8 +135,8 @@ class StreamingTestServer:
         while sent < n:
             await _sleep_until(start + sch.first_token_s + j * sch.token_interval_s)
             k = min(sch.tokens_per_chunk, n - sent)
+            writes.append(time.perf_counter())  # before the write: the client cannot see it earlier
             await resp.write(_event(_chunk(k, sent, sch.include_token_ids)))
-            writes.append(time.perf_counter())
             sent, j = sent + k, j + 1
             if sch.mode == "stall":
                 assert self._stop is not None
