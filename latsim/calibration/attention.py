@@ -120,7 +120,7 @@ def run(ctx: BenchContext, p: dict[str, Any]) -> dict[str, Any]:
     if impl == "vllm":
         impl = "vllm-fa3" if ctx.probes.get("attention_fa3", True) else "vllm-fa2"
     flops, nbytes = work(hq, hkv, d, sum(q_lens), pairs, sum(reads), kv)
-    return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps, "impl": impl,
+    return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps, "timer": t.method, "impl": impl,
             "flops": flops, "bytes": nbytes, "kv_tokens": sum(k_lens), "max_kv": max(k_lens)}
 
 

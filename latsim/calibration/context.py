@@ -13,7 +13,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from latsim.calibration.timing import BACKENDS, CpuTimer, CudaTimer
+from latsim.calibration.timing import BACKENDS, OP_TIMINGS, CpuTimer, CudaTimer, GraphTimer
 
 H200_L2_BYTES = 60 * 2**20
 CPU_CACHE_BYTES = 4 * 2**20
@@ -30,7 +30,12 @@ def import_torch() -> Any:
 
 @dataclass
 class BenchContext:
-    """Shared state of one benchmark run; ``backend`` is ``cuda`` or ``cpu``."""
+    """Shared state of one benchmark run; ``backend`` is ``cuda`` or ``cpu``.
+
+    ``timer`` times attention and the overhead benchmarks one call at a time; ``op_timer`` times
+    the per-token operators (GEMMs, memory-bound ops, MoE layers), which a decode step replays
+    from CUDA graphs (:class:`~latsim.calibration.timing.GraphTimer`; the same as ``timer`` when
+    the run asks for events, and on the CPU)."""
 
     torch: Any
     backend: str
@@ -39,6 +44,11 @@ class BenchContext:
     generator: Any
     cache: dict[str, Any] = field(default_factory=dict)
     probes: dict[str, Any] = field(default_factory=dict)
+    op_timer: Any = None
+
+    def __post_init__(self) -> None:
+        if self.op_timer is None:
+            self.op_timer = self.timer
 
     @property
     def device(self) -> str:
@@ -67,10 +77,13 @@ class BenchContext:
             self.torch.cuda.synchronize()
 
 
-def make_context(backend: str) -> BenchContext:
-    """A context for ``backend`` (``cuda`` or ``cpu``); ValueError if it cannot run here."""
+def make_context(backend: str, op_timing: str = "graph") -> BenchContext:
+    """A context for ``backend`` (``cuda`` or ``cpu``) whose per-token operators are timed by
+    ``op_timing`` (``graph`` or ``events``; the CPU has one timer); ValueError if it cannot run here."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not supported; accepted: {', '.join(BACKENDS)}")
+    if op_timing not in OP_TIMINGS:
+        raise ValueError(f"op_timing={op_timing!r} is not supported; accepted: {', '.join(OP_TIMINGS)}")
     torch = import_torch()
     if backend == "cuda":
         if not torch.cuda.is_available():
@@ -80,7 +93,9 @@ def make_context(backend: str) -> BenchContext:
         gen = torch.Generator(device="cuda")
         gen.manual_seed(SEED)
         torch.backends.cuda.matmul.allow_tf32 = True
-        return BenchContext(torch, backend, CudaTimer(torch), l2, gen)
+        events = CudaTimer(torch)
+        ops = GraphTimer(torch) if op_timing == "graph" else events
+        return BenchContext(torch, backend, events, l2, gen, op_timer=ops)
     gen = torch.Generator()
     gen.manual_seed(SEED)
     return BenchContext(torch, backend, CpuTimer(), CPU_CACHE_BYTES, gen)

@@ -14,6 +14,9 @@ empty kernel; inside vLLM's CUDA graphs a tiny kernel costs about one.  The grap
 measures that floor with the same timer (``graph_base_s``: replay of a graph, intercept over
 kernel counts), so every operator time is fitted as ``max(median - floor, median / 2)`` and the
 cost model adds the per-kernel graph cost separately.  ``fit_report.json`` records the floor.
+Rows timed as graph replays (``timer`` = ``cuda-graph``: :class:`~latsim.calibration.timing.GraphTimer`)
+carry no event floor but the gap between two kernels of a graph, which the cost model adds per
+kernel: they are fitted as ``max(median - graph_per_kernel_s, median / 2)``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from latsim.calibration import fit_fixed
+from latsim.calibration.timing import GraphTimer
 from latsim.calibration.unchanged import save_if_changed, write_json_if_changed
 from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.profile import features
@@ -40,6 +44,7 @@ HOLDOUT_FRACTION = 0.2
 XGB_PARAMS: dict[str, Any] = {"n_estimators": 400, "max_depth": 6, "learning_rate": 0.05, "subsample": 0.9,
                               "min_child_weight": 1.0, "tree_method": "hist", "n_jobs": 2}
 MIN_ROWS = 4
+GRAPH_TIMER = GraphTimer.name
 
 
 def fit_frames(folder: Path) -> dict[str, pd.DataFrame]:
@@ -132,10 +137,13 @@ def fit_family(family: str, df: pd.DataFrame, device: DeviceSpec, seed: int = 0,
     return model, report
 
 
-def without_floor(df: pd.DataFrame, floor_s: float) -> pd.DataFrame:
-    """``median_s`` less the timer floor, never below half the measurement (see the module note)."""
+def without_floor(df: pd.DataFrame, floor_s: float, graph_gap_s: float = 0.0) -> pd.DataFrame:
+    """``median_s`` less the timer floor (``graph_gap_s`` for rows replayed in graphs), never below
+    half the measurement (see the module note)."""
     med = df["median_s"].to_numpy(np.float64)
-    return df.assign(median_s=np.maximum(med - floor_s, 0.5 * med))
+    graph = (df["timer"] == GRAPH_TIMER).to_numpy() if "timer" in df else np.zeros(len(df), dtype=bool)
+    less = np.where(graph, graph_gap_s, floor_s)
+    return df.assign(median_s=np.maximum(med - less, 0.5 * med))
 
 
 def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed: int = 0,
@@ -150,11 +158,13 @@ def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed:
     out = out or folder
     fixed = fit_fixed.fit_fixed(folder, out)
     floor = float(fixed.get("overhead", {}).get("graph_base_s", 0.0))
+    gap = float(fixed.get("overhead", {}).get("graph_per_kernel_s", 0.0))
     report: dict[str, Any] = {"profile": {k: profile.get(k) for k in ("gpu_name", "date_utc", "grid", "grid_hash")},
                               "device": device.name, "xgboost": xgb.__version__, "timer_floor_s": floor,
+                              "graph_gap_s": gap,
                               "families": {}}
     for family, df in fit_frames(folder).items():
-        model, rep = fit_family(family, without_floor(df, floor), device, seed, params)
+        model, rep = fit_family(family, without_floor(df, floor, gap), device, seed, params)
         save_if_changed(model_path(out, family), model.get_booster().save_model)
         report["families"][family] = rep
     report["families"].update(fixed)

@@ -51,6 +51,8 @@ class RunRequest:
     resume: bool = True
     families: tuple[str, ...] = FAMILIES
     max_seconds: float | None = None
+    op_timing: str = "graph"
+    """How GEMMs, memory-bound ops and MoE layers are timed on a GPU (``timing.OP_TIMINGS``)."""
 
 
 @dataclass
@@ -79,7 +81,7 @@ def check_device(identity: dict[str, Any], req: RunRequest) -> None:
 def run_calibration(req: RunRequest, on_point: OnPoint | None = None,
                     on_start: Callable[[list[Point]], None] | None = None) -> dict[str, Any]:
     """Measure the grid into ``req.out``; returns the profile dict (also ``profile.json``)."""
-    ctx = make_context(req.backend)
+    ctx = make_context(req.backend, req.op_timing)
     identity = gpu_identity(ctx.torch, req.backend)
     check_device(identity, req)
     pts = [p for p in points(get_grid(req.grid)) if p.family in req.families]
@@ -95,7 +97,7 @@ def run_calibration(req: RunRequest, on_point: OnPoint | None = None,
     finally:
         _flush(req, state, force=True)
         clock_stats = clocks.stop()
-    profile = _profile(req, identity, clock_stats, pts, state, complete)
+    profile = _profile(req, ctx, identity, clock_stats, pts, state, complete)
     atomic_write_text(req.out / PROFILE, json.dumps(profile, indent=1) + "\n")
     return profile
 
@@ -178,8 +180,8 @@ def _flush(req: RunRequest, state: _State, force: bool = False) -> None:
     tables.write_progress(req.out, req.grid, state.grid_hash, sorted(state.done), state.prior_s + now - state.t0)
 
 
-def _profile(req: RunRequest, identity: dict[str, Any], clocks: dict[str, Any], pts: list[Point], state: _State,
-             complete: bool) -> dict[str, Any]:
+def _profile(req: RunRequest, ctx: BenchContext, identity: dict[str, Any], clocks: dict[str, Any],
+             pts: list[Point], state: _State, complete: bool) -> dict[str, Any]:
     counts: dict[str, dict[str, int]] = {}
     impls: dict[str, list[str]] = {}
     for fam, rows in state.rows.items():
@@ -193,5 +195,5 @@ def _profile(req: RunRequest, identity: dict[str, Any], clocks: dict[str, Any], 
         "grid_hash": state.grid_hash, "grid_points": len(pts), "complete": complete, "counts": counts,
         "impl": impls, "duration_s": round(state.prior_s + time.perf_counter() - state.t0, 2),
         "family_seconds": {k: round(v, 2) for k, v in state.family_s.items()},
-        "timer": "cuda-events" if req.backend == "cuda" else "perf_counter",
+        "timer": ctx.timer.name, "op_timer": ctx.op_timer.name,
     }
