@@ -12,7 +12,8 @@ rows whose ``point_id`` the profile lacks (a point both measured keeps the profi
 ``--only COLUMN=VALUE`` limits either to the rows where that column holds that value (e.g.
 ``--only dtype=fp8``: the fp8 GEMMs of a run replace the profile's fp8 GEMMs, its bf16 rows stay).
 ``profile.json`` gets a ``<family>_sources`` list entry naming the run (its date, grid, grid
-hash, GPU, vLLM), the mode, the rows taken, the implementations seen and the sha256 of the
+hash, GPU, vLLM), the mode, the rows taken, the implementations and timers seen (runs before the
+``timer`` column timed every call between events) and the sha256 of the
 run's table, and its ``impl``/``counts`` are recomputed from the merged table.  Refit afterwards:
 ``latsim calibrate --fit-only --profile DIR``.
 """
@@ -50,6 +51,7 @@ def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str
               "gpu_name": run_meta["gpu_name"], "vllm": run_meta.get("vllm"), "mode": mode,
               "only": "=".join(only) if only else None, "rows_taken": taken,
               "impl": sorted(theirs["impl"].dropna().unique().tolist()),
+              "timer": sorted(theirs["timer"].dropna().unique().tolist()) if "timer" in theirs else ["cuda-events"],
               "table_sha256": hashlib.sha256(shard_path(run, family).read_bytes()).hexdigest()}
     _update_profile(profile, family, merged, source)
     return source

@@ -67,3 +67,16 @@ def test_update_takes_the_runs_row_of_a_point_both_measured(tmp_path: Path) -> N
     merged = read_shard(shard_path(profile, "attention")).set_index("point_id")
     assert sorted(merged.index) == ["a", "b", "c"] and merged.loc["b", "impl"] == "new"
     assert merged.loc["a", "impl"] == "old" and source["rows_taken"] == 2 and source["mode"] == "update"
+    assert source["timer"] == ["cuda-events"]  # a run before the timer column timed calls between events
+
+
+def test_the_source_names_the_timers_of_the_rows_taken(tmp_path: Path) -> None:
+    merge = load_script(SCRIPT).merge
+    profile = _folder(tmp_path / "profile", ["a", "b"], "old", "2026-01-01")
+    run = _folder(tmp_path / "run", ["b"], "new", "2026-02-02")
+    rows = read_shard(shard_path(run, "attention")).assign(timer="cuda-graph")
+    write_shard(run, "attention", rows.to_dict("records"))
+    source = merge(profile, run, "attention", "update")
+    merged = read_shard(shard_path(profile, "attention")).set_index("point_id")
+    assert source["timer"] == ["cuda-graph"] and merged.loc["b", "timer"] == "cuda-graph"
+    assert pd.isna(merged.loc["a", "timer"])  # the profile's older row keeps no timer: events
