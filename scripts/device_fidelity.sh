@@ -9,6 +9,8 @@
 #   bash scripts/device_fidelity.sh wide         # attention of 48-96 query heads per GPU (grid "wide")
 #   bash scripts/device_fidelity.sh grids G...   # the named grids one after another, gemm and attention
 #                                                # (e.g. paged-prefill msteps-high marlin fp8-kv window)
+#   bash scripts/device_fidelity.sh graph G...   # the per-token operators of the named grids replayed in CUDA graphs
+#                                                # (full: GEMMs, memory ops, MoE; other grids: GEMMs)
 #   bash scripts/device_fidelity.sh probe        # a long prefill chunk: alone, beside decodes, sustained
 #   bash scripts/device_fidelity.sh power        # kernels at the power cap: fresh against sustained, duty cycles
 #   bash scripts/device_fidelity.sh int4         # 4-bit Machete with and without zero points, bursts and sustained
@@ -62,6 +64,17 @@ grids() {
   local g
   for g in "$@"; do
     python3 -m latsim.calibration.run_device --device h200 --out "$OUT/$g" --only "$g" --families gemm,attention
+  done
+}
+
+graph() {
+  unpack || return 1
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  local g fams
+  for g in "$@"; do
+    fams=gemm
+    [ "$g" = full ] && fams=gemm,memory,moe
+    python3 -m latsim.calibration.run_device --device h200 --out "$OUT/$g" --only "$g" --families "$fams" --op-timing graph
   done
 }
 
