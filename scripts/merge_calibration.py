@@ -11,6 +11,9 @@ rows whose ``point_id`` the profile lacks (a point both measured keeps the profi
 (a point both measured keeps the run's row; the profile's other rows stay).
 ``--only COLUMN=VALUE`` limits either to the rows where that column holds that value (e.g.
 ``--only dtype=fp8``: the fp8 GEMMs of a run replace the profile's fp8 GEMMs, its bf16 rows stay).
+``--at-most COLUMN=VALUE`` takes only the run's rows whose numeric column is at most the value
+(``--at-most M=512``: the GEMMs of steps vLLM replays from CUDA graphs), and ``--known-points``
+only those of points the profile already holds (a re-timing that adds no new shapes).
 ``profile.json`` gets a ``<family>_sources`` list entry naming the run (its date, grid, grid
 hash, GPU, vLLM), the mode, the rows taken, the implementations and timers seen (runs before the
 ``timer`` column timed every call between events) and the sha256 of the
@@ -31,11 +34,16 @@ from latsim.atomic import atomic_write_text
 from latsim.costmodel.profile.tables import read_shard, shard_path, write_shard
 
 
-def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str] | None = None) -> dict[str, object]:
+def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str] | None = None,
+          at_most: tuple[str, float] | None = None, known_points: bool = False) -> dict[str, object]:
     """Merge ``run``'s ``family`` table into ``profile`` (see the module note); the source record."""
     ours, theirs = read_shard(shard_path(profile, family)), read_shard(shard_path(run, family))
     if only is not None:
         theirs = theirs[theirs[only[0]].astype(str) == only[1]]
+    if at_most is not None:
+        theirs = theirs[pd.to_numeric(theirs[at_most[0]]) <= at_most[1]]
+    if known_points:
+        theirs = theirs[theirs["point_id"].isin(ours["point_id"])]
     if mode == "replace":
         kept = ours[ours[only[0]].astype(str) != only[1]] if only is not None else ours.iloc[:0]
         merged, taken = pd.concat([kept, theirs], ignore_index=True), len(theirs)
@@ -50,6 +58,7 @@ def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str
     source = {"run_date_utc": run_meta["date_utc"], "grid": run_meta["grid"], "grid_hash": run_meta["grid_hash"],
               "gpu_name": run_meta["gpu_name"], "vllm": run_meta.get("vllm"), "mode": mode,
               "only": "=".join(only) if only else None, "rows_taken": taken,
+              "at_most": f"{at_most[0]}<={at_most[1]:g}" if at_most else None, "known_points": known_points,
               "impl": sorted(theirs["impl"].dropna().unique().tolist()),
               "timer": sorted(theirs["timer"].dropna().unique().tolist()) if "timer" in theirs else ["cuda-events"],
               "table_sha256": hashlib.sha256(shard_path(run, family).read_bytes()).hexdigest()}
@@ -73,14 +82,27 @@ def main() -> None:
     ap.add_argument("--family", required=True)
     ap.add_argument("--mode", choices=("replace", "append", "update"), required=True)
     ap.add_argument("--only", help="COLUMN=VALUE: merge only the rows holding it")
+    ap.add_argument("--at-most", help="COLUMN=NUMBER: merge only the rows whose column is at most the number")
+    ap.add_argument("--known-points", action="store_true", help="merge only points the profile already holds")
     args = ap.parse_args()
-    only = None
-    if args.only:
-        column, sep, value = args.only.partition("=")
-        if not sep or not column:
-            ap.error(f"--only {args.only!r}: expected COLUMN=VALUE")
-        only = (column, value)
-    print(json.dumps(merge(args.profile, args.run, args.family, args.mode, only), indent=1))
+    only = _pair(ap, "--only", args.only) if args.only else None
+    at_most = None
+    if args.at_most:
+        column, value = _pair(ap, "--at-most", args.at_most)
+        try:
+            at_most = (column, float(value))
+        except ValueError:
+            ap.error(f"--at-most {args.at_most!r}: {value!r} is not a number")
+    print(json.dumps(merge(args.profile, args.run, args.family, args.mode, only, at_most, args.known_points),
+                     indent=1))
+
+
+def _pair(ap: argparse.ArgumentParser, flag: str, text: str) -> tuple[str, str]:
+    """``COLUMN=VALUE`` split, or the parser's usage error (exit 2)."""
+    column, sep, value = text.partition("=")
+    if not sep or not column:
+        ap.error(f"{flag} {text!r}: expected COLUMN=VALUE")
+    return column, value
 
 
 if __name__ == "__main__":

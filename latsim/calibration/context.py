@@ -13,7 +13,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from latsim.calibration.timing import BACKENDS, OP_TIMINGS, CpuTimer, CudaTimer, GraphTimer
+from latsim.calibration.timing import BACKENDS, GRAPH_MAX_ROWS, OP_TIMINGS, CpuTimer, CudaTimer, GraphTimer
 
 H200_L2_BYTES = 60 * 2**20
 CPU_CACHE_BYTES = 4 * 2**20
@@ -33,9 +33,10 @@ class BenchContext:
     """Shared state of one benchmark run; ``backend`` is ``cuda`` or ``cpu``.
 
     ``timer`` times attention and the overhead benchmarks one call at a time; ``op_timer`` times
-    the per-token operators (GEMMs, memory-bound ops, MoE layers), which a decode step replays
-    from CUDA graphs (:class:`~latsim.calibration.timing.GraphTimer`; the same as ``timer`` when
-    the run asks for events, and on the CPU)."""
+    the per-token operators (GEMMs, memory-bound ops, MoE layers) of graph-sized steps
+    (:meth:`op_timer_for`), which vLLM replays from CUDA graphs
+    (:class:`~latsim.calibration.timing.GraphTimer`; the same as ``timer`` when the run asks for
+    events, and on the CPU)."""
 
     torch: Any
     backend: str
@@ -65,6 +66,12 @@ class BenchContext:
         make = want if want in (torch.bfloat16, torch.float16, torch.float32) else torch.bfloat16
         x = torch.randn(*shape, dtype=make, device=self.device, generator=self.generator)
         return x if make is want else x.to(want)
+
+    def op_timer_for(self, rows: int) -> Any:
+        """The timer of a per-token operator over ``rows`` tokens: ``op_timer`` for the steps vLLM
+        replays from CUDA graphs (at most ``GRAPH_MAX_ROWS``), ``timer`` for the larger ones it runs
+        without."""
+        return self.op_timer if rows <= GRAPH_MAX_ROWS else self.timer
 
     def clear(self) -> None:
         """Drop cached buffers and return freed memory to the device."""

@@ -78,7 +78,7 @@ def run(ctx: BenchContext, p: dict[str, Any]) -> dict[str, Any]:
         ws = _weights(ctx, k, n, dtype)
         xs = [_make(ctx, m, k, dtype) for _ in range(len(ws))]
         fn, impl = _kernel(ctx, dtype, xs, ws)
-    t = ctx.op_timer.time(fn)
+    t = ctx.op_timer_for(m).time(fn)
     flops, nbytes = gemm_work(m, k, n, dtype)
     return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps, "timer": t.method,
             "impl": impl, "flops": flops, "bytes": nbytes}

@@ -42,7 +42,7 @@ def run(ctx: BenchContext, p: dict[str, Any]) -> dict[str, Any]:
     sets = rotation_sets(nbytes, ctx.l2_bytes)
     make = {"rmsnorm": _rmsnorm, "rotary": _rotary, "silu_mul": _silu_mul, "copy": _copy}[op]
     fns = [make(ctx, tokens, width) for _ in range(sets)]
-    t = ctx.op_timer.time(lambda i: fns[i % sets]())
+    t = ctx.op_timer_for(tokens).time(lambda i: fns[i % sets]())
     return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps, "timer": t.method,
             "impl": "torch-eager", "flops": flops, "bytes": nbytes}
 

@@ -65,7 +65,7 @@ def run(ctx: BenchContext, p: dict[str, Any]) -> dict[str, Any]:
     else:
         rows, counts = routing(t_, e, k)
         layers = [_layer(ctx, t_, e, h, i_, rows, counts, impl) for _ in range(sets)]
-    t = ctx.op_timer.time(lambda j: layers[j % sets]())
+    t = ctx.op_timer_for(t_).time(lambda j: layers[j % sets]())
     return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps, "timer": t.method, "impl": impl,
             "flops": flops, "bytes": nbytes, "experts_hit": hit}
 

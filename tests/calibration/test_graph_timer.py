@@ -17,8 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from latsim.calibration.context import BenchContext
 from latsim.calibration.fit import GRAPH_TIMER, without_floor
 from latsim.calibration.timing import (
+    GRAPH_MAX_ROWS,
     GRAPH_TARGET_S,
     MAX_GRAPH_CALLS,
     MIN_GRAPH_CALLS,
@@ -135,3 +137,14 @@ def test_fit_takes_the_event_floor_from_event_rows_and_the_graph_gap_from_replay
     np.testing.assert_allclose(got, [7.5e-6, 9e-6, 7.5e-6, 2e-6])
     old = without_floor(df.drop(columns="timer"), floor_s=2.5e-6, graph_gap_s=1e-6)["median_s"].to_numpy()
     np.testing.assert_allclose(old, [7.5e-6, 7.5e-6, 7.5e-6, 1.5e-6])
+
+
+def test_only_graph_sized_operators_are_replayed() -> None:
+    """vLLM replays steps of up to 512 tokens from graphs and runs larger ones without."""
+    dev = FakeDevice()
+    events, graph = CudaTimer(dev.torch()), GraphTimer(dev.torch())
+    ctx = BenchContext(dev.torch(), "cuda", events, 0, None, op_timer=graph)
+    assert ctx.op_timer_for(1) is graph and ctx.op_timer_for(GRAPH_MAX_ROWS) is graph
+    assert ctx.op_timer_for(GRAPH_MAX_ROWS + 1) is events
+    plain = BenchContext(dev.torch(), "cuda", events, 0, None)
+    assert plain.op_timer_for(1) is events  # --op-timing events: one timer for everything

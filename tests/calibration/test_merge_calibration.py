@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -80,3 +82,25 @@ def test_the_source_names_the_timers_of_the_rows_taken(tmp_path: Path) -> None:
     merged = read_shard(shard_path(profile, "attention")).set_index("point_id")
     assert source["timer"] == ["cuda-graph"] and merged.loc["b", "timer"] == "cuda-graph"
     assert pd.isna(merged.loc["a", "timer"])  # the profile's older row keeps no timer: events
+
+
+def test_update_at_most_a_row_count_and_only_known_points(tmp_path: Path) -> None:
+    """The graph-timed re-run: rows up to 512 tokens, of points the profile holds, replace the profile's."""
+    merge = load_script(SCRIPT).merge
+    profile = _folder(tmp_path / "profile", ["a", "b", "c"], "old", "2026-01-01")
+    run = _folder(tmp_path / "run", ["a", "b", "c", "d"], "new", "2026-02-02")
+    rows = read_shard(shard_path(run, "attention")).assign(M=[64, 512, 1024, 8])
+    write_shard(run, "attention", rows.to_dict("records"))
+    source = merge(profile, run, "attention", "update", at_most=("M", 512.0), known_points=True)
+    merged = read_shard(shard_path(profile, "attention")).set_index("point_id")
+    assert sorted(merged.index) == ["a", "b", "c"]  # d is no point of the profile
+    assert merged["impl"].to_dict() == {"a": "new", "b": "new", "c": "old"}  # c has 1,024 rows
+    assert source["rows_taken"] == 2 and source["at_most"] == "M<=512" and source["known_points"] is True
+
+
+def test_the_command_line_rejects_a_bound_that_is_no_number(tmp_path: Path) -> None:
+    profile = _folder(tmp_path / "profile", ["a"], "old", "2026-01-01")
+    run = _folder(tmp_path / "run", ["a"], "new", "2026-02-02")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--profile", str(profile), "--run", str(run), "--family",
+                           "attention", "--mode", "update", "--at-most", "M=lots"], capture_output=True, text=True)
+    assert done.returncode == 2 and "'lots' is not a number" in done.stderr
