@@ -45,6 +45,8 @@ one call at a time between events (how profiles before the eighteenth session we
 GRAPH_TARGET_S = 2e-3
 MIN_GRAPH_CALLS = 2
 MAX_GRAPH_CALLS = 32
+REPLAY_ENQUEUE_S = 20e-6
+"""Host seconds to enqueue one graph replay between two events (sizes the GPU sleep before them)."""
 GRAPH_MAX_ROWS = 512
 """Rows (tokens) of the largest step vLLM 0.25.1 replays from a CUDA graph (its largest capture size)."""
 SLEEP_CLOCK_HZ = 1.5e9  # cycles -> seconds for torch.cuda._sleep; only sets a lower bound on the wait
@@ -102,6 +104,19 @@ def _reps(est_s: float, s: TimerSettings) -> int:
     return int(min(s.max_reps, max(s.min_reps, math.ceil(s.target_s / est_s))))
 
 
+def event_times(torch: Any, reps: int, call: Callable[[int], object]) -> list[float]:
+    """Seconds of each of ``reps`` calls ``call(0) .. call(reps - 1)``, each between two CUDA events
+    recorded around it (the caller has enqueued a GPU sleep so the host runs ahead)."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        call(i)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) * 1e-3 for a, b in zip(starts, ends, strict=True)]
+
+
 class CudaTimer:
     """CUDA-event timer (see the module note).  ``torch`` is the imported module."""
 
@@ -118,15 +133,8 @@ class CudaTimer:
         torch.cuda.synchronize()
         est_gpu, est_host = self._estimate(fn)
         reps = _reps(est_gpu, s)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         self._sleep(reps * est_host * 1.3)
-        for i in range(reps):
-            starts[i].record()
-            fn(s.warmup + 3 + i)
-            ends[i].record()
-        torch.cuda.synchronize()
-        return summarize([a.elapsed_time(b) * 1e-3 for a, b in zip(starts, ends, strict=True)], self.name)
+        return summarize(event_times(torch, reps, lambda i: fn(s.warmup + 3 + i)), self.name)
 
     def _estimate(self, fn: Callable[[int], object]) -> tuple[float, float]:
         """(GPU seconds per call, host seconds to enqueue one call) over three calls."""
@@ -170,17 +178,10 @@ class GraphTimer:
             torch.cuda.synchronize()
             return self.events.time(fn)
         reps = _reps(est_gpu * calls, s)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         graph.replay()
-        self.events._sleep(reps * 20e-6 * 1.3)
-        for i in range(reps):
-            starts[i].record()
-            graph.replay()
-            ends[i].record()
-        torch.cuda.synchronize()
-        per_call = [a.elapsed_time(b) * 1e-3 / calls for a, b in zip(starts, ends, strict=True)]
-        return summarize(per_call, self.name)
+        self.events._sleep(reps * REPLAY_ENQUEUE_S * 1.3)
+        replays = event_times(torch, reps, lambda _: graph.replay())
+        return summarize([t / calls for t in replays], self.name)
 
     def _capture(self, fn: Callable[[int], object], calls: int) -> Any:
         """A CUDA graph of ``fn(0) .. fn(calls - 1)``, warmed on a side stream first."""
