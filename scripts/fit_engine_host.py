@@ -1,6 +1,6 @@
 """Fit ``latsim/data/engines/vllm/host.yaml``'s terms on measured runs and report held-out runs.
 
-    python scripts/fit_engine_host.py --kind calibrated [--dense-free frontend_s,gpu_scale,...]
+    python scripts/fit_engine_host.py --kind calibrated [--dense-free frontend_s,gpu_scale,...] [--host-speed probe]
 
 Two stages, each on its own training runs (every other Poisson level is held out):
 
@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from latsim.costmodel.host import HOST_SPEED_RANGE, check_host_speed
 from latsim.engines.vllm import host_write
 from latsim.engines.vllm.host_terms import read_host_terms
 from latsim.measure.records import read_meta
@@ -60,10 +61,19 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--moe-train", default=r"h200/qwen3-30b-a3b-fixed")
     ap.add_argument("--dense-free", default=",".join(DENSE_FIELDS))
     ap.add_argument("--moe-free", default="eager_moe_layer_s")
+    ap.add_argument("--host-speed", default="1",
+                    help="host speed to replay the runs at: a number, or 'probe' (each level at its host probe's "
+                         "speed, so the CPU terms come out in the reference host's units; unprobed levels at 1)")
     ap.add_argument("--start", action="append", default=[], help="KEY=VALUE starting value of a term")
     ap.add_argument("--yaml", type=Path, default=host_write.shipped_path(), help="the host-terms file")
     ap.add_argument("--write", action="store_true", help="write the fitted terms into --yaml")
     args = ap.parse_args()
+    if args.host_speed != "probe":
+        try:
+            args.host_speed = float(args.host_speed)
+            check_host_speed(args.host_speed)
+        except ValueError:
+            ap.error(f"--host-speed {args.host_speed!r}: expected 'probe' or a number in {HOST_SPEED_RANGE}")
     args.dense_free = tuple(t for t in args.dense_free.split(",") if t)
     args.moe_free = tuple(t for t in args.moe_free.split(",") if t)
     for name in (*args.dense_free, *args.moe_free):
@@ -81,7 +91,7 @@ def main() -> None:
             raise SystemExit(f"--start {item}: {key!r} is not one of {FIELDS}")
         start = replace(start, **{key: float(value)})
     runs = poisson_runs(args.root)
-    replays = load_replays(runs, args.device, args.kind)
+    replays = load_replays(runs, args.device, args.kind, args.host_speed)
     dense = [r for r in replays if re.search(args.dense_train, r.name)]
     moe = [r for r in replays if re.search(args.moe_train, r.name)] if args.moe_free else []
     held = [r for r in replays if r not in dense and r not in moe]
@@ -116,7 +126,7 @@ def write(args: argparse.Namespace, start, host, losses: dict[str, float], group
     at_written = {group: report(group, replays, written) for group, replays in groups.items()}
     inputs = {
         "root": str(args.root), "device": args.device, "kind": args.kind,
-        "dense_train": args.dense_train, "moe_train": args.moe_train,
+        "host_speed": args.host_speed, "dense_train": args.dense_train, "moe_train": args.moe_train,
         "dense_free": list(args.dense_free), "moe_free": list(args.moe_free),
         "start": {name: getattr(start, name) for name in free},
         "held": {name: getattr(start, name) for name in FIELDS if name not in free},

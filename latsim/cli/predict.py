@@ -26,7 +26,7 @@ def predict(
     surrogate: Annotated[bool, Opt("--surrogate", help="Answer from the fitted surrogate (about a millisecond); "
                                    "outside its training domain the simulator answers")] = False,
     host_report: Annotated[bool, Opt("--host-report", help="Also say how host-bound the deployment is and how "
-                                     "far TTFT/TPOT move at host speeds 0.6 and 1.2 (three more runs)")] = False,
+                                     "far TTFT/TPOT move over the live runs' host speeds (3 more runs)")] = False,
 ) -> None:
     """Simulate a deployment under a workload and report latency percentiles with honest intervals."""
     from latsim.metrics.summary import SLO

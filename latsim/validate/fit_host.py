@@ -7,7 +7,7 @@ per-layer cost of a step run without CUDA graphs and its extra per mixture-of-ex
 and that step's launch (per layer, per MoE layer, the GPU's tail after it, and its spread), by minimising
 the mean absolute log-ratio of predicted to measured p50 and p99 of TTFT and TPOT over the
 training runs (Nelder-Mead on log-parameters).
-Runs are replayed exactly as ``latsim validate`` does.
+Runs are replayed exactly as ``latsim validate`` does, at a given host speed or each at its probe's.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from latsim.costmodel.host import TERMS, HostOverhead
 from latsim.deployment import Deployment, resolve_engine
 from latsim.measure.records import load_run
 from latsim.metrics.per_request import add_latencies
-from latsim.validate.compare import deployment_for
+from latsim.validate.compare import replay_deployment
 from latsim.workload.trace import RequestTrace
 
 TARGETS = (("ttft_s", 50), ("ttft_s", 99), ("tpot_s", 50), ("tpot_s", 99))
@@ -46,12 +46,16 @@ def _percentiles(records) -> np.ndarray:
     return np.array([np.nanpercentile(ok[col].to_numpy(dtype=float), q) for col, q in TARGETS])
 
 
-def load_replays(run_dirs: list[Path], device: str, kind: str = "auto") -> list[Replay]:
+def load_replays(run_dirs: list[Path], device: str, kind: str = "auto",
+                 host_speed: float | str = 1.0) -> list[Replay]:
+    """The runs ready to replay, each on a host of ``host_speed``
+    (:func:`latsim.validate.compare.run_host_speed`: ``"probe"`` replays a run at the speed its
+    host probe measured, so that terms fitted on it are in the reference host's units)."""
     cache: dict[str, StepPricer] = {}
     replays = []
     for run in run_dirs:
         m = load_run(run)
-        dep = deployment_for(m.meta, device)
+        dep = replay_deployment(m.meta, device, host_speed)
         key = f"{dep.model.name}/{dep.tp}"
         if key not in cache:
             cache[key] = gpu_cost_model(dep.model, dep.device, dep.tp, dep.weight_dtype, dep.kv_dtype, kind)

@@ -39,3 +39,13 @@ def test_recovers_the_gpu_scale_with_the_other_terms_fixed(replay: Replay) -> No
 def test_unknown_free_term_is_rejected(replay: Replay) -> None:
     with pytest.raises(ValueError, match="free="):
         fit_host([replay], TRUTH, free=("warp_speed",))
+
+
+def test_a_run_on_a_slow_host_gives_terms_in_the_reference_hosts_units(replay: Replay) -> None:
+    """Measured at host speed 0.5 and replayed at it, the fit returns the front end of the
+    reference host (the terms' units), not the twice-as-long one the slow host showed."""
+    dep = replay.deployment
+    slow = replace(replay, deployment=replace(dep, engine=replace(dep.engine, host_speed=0.5)))
+    slow = replace(slow, measured=_percentiles(predict(slow, TRUTH)))
+    fitted, _ = fit_host([slow], replace(TRUTH, frontend_s=2e-3), free=("frontend_s",))
+    assert fitted.frontend_s == pytest.approx(TRUTH.frontend_s, rel=0.05)

@@ -69,6 +69,19 @@ def reference_probe_s(engine: str = HOST_TERMS_KEY) -> float:
         raise ValueError(f"host.yaml has no host_reference_probe_s for {engine!r}") from None
 
 
+def typical_host_speeds(engine: str = HOST_TERMS_KEY) -> tuple[float, float]:
+    """The host speeds (to 0.01) the live runs' hosts spanned, 10th to 90th percentile of the
+    probe time (``host_probe_p90_s`` / ``host_probe_p10_s`` in host.yaml, written by
+    ``scripts/host_reference.py``): the range a prediction's host-speed sensitivity reports."""
+    try:
+        engine_terms = _host_yaml()["engines"][engine]
+        slow, fast = float(engine_terms["host_probe_p90_s"]), float(engine_terms["host_probe_p10_s"])
+    except (KeyError, TypeError):
+        raise ValueError(f"host.yaml has no host_probe_p10_s / host_probe_p90_s for {engine!r}") from None
+    ref = reference_probe_s(engine)
+    return round(ref / slow, 2), round(ref / fast, 2)
+
+
 @lru_cache(maxsize=1)
 def _host_yaml() -> Any:
     """``host.yaml``, parsed once."""

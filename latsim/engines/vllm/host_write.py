@@ -1,6 +1,7 @@
 """Write measured or fitted terms into vLLM's host-terms file (``latsim/data/engines/vllm/host.yaml``).
 
-The file holds data only: per engine, ``host_reference_probe_s`` and one entry per kind of
+The file holds data only: per engine, ``host_reference_probe_s`` (and the probe's spread over
+the live runs, ``host_probe_p10_s`` / ``host_probe_p90_s``) and one entry per kind of
 GPU-only model (``calibrated``, ``roofline``) with its terms (:data:`latsim.costmodel.host.TERMS`,
 or ``cpu_terms_from: <kind>``).  Each mapping that holds terms has a ``provenance`` mapping with
 one record (:func:`latsim.provenance.record`) per script that wrote terms there, keyed by the
@@ -23,7 +24,7 @@ from latsim.engines.vllm.host_terms import CPU_FIELDS, HOST_TERMS_KEY, REQUIRED_
 from latsim.paths import engine_data
 from latsim.provenance import display_path, plain, record, same_computation
 
-ENGINE_TERMS = ("host_reference_probe_s",)
+ENGINE_TERMS = ("host_reference_probe_s", "host_probe_p10_s", "host_probe_p90_s")
 """Terms of an engine as a whole (not of one kind of GPU model)."""
 HEADER = (
     "# vLLM's host-side step terms, read by latsim/engines/vllm/host_terms.py.  Written by\n"
