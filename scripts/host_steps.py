@@ -16,13 +16,17 @@ the shipped host terms come from, say): per level with ``c >= --host-bound-from`
 host, not the GPU, sets the step), the step ratio here / there, this level's host-probe median
 (``latsim.validate.compare.host_probe_ms``), and ``probe / ratio``: the probe time at
 which this host would have run at the other sweep's speed, if the step scales with the probe.
-Their median (pooled over every sweep given) is the other sweep's host speed in probe terms.
+Their median (pooled over every sweep given) is the other sweep's host in probe terms.
 
-``--write`` puts the result into the host-terms file (``--yaml``, default the shipped
-``latsim/data/engines/vllm/host.yaml``) with its provenance: the line's ``step_s`` and ``seq_s``
-(to 1 us and 0.01 us, the precision printed) into the ``calibrated`` entry, or, with
-``--against``, the median as the engine's ``host_reference_probe_s`` (to 10 us).  The file is
-left alone when nothing but the command, commit or date would change.
+``--write`` puts the line into the host-terms file (``--yaml``, default the shipped
+``latsim/data/engines/vllm/host.yaml``) with its provenance: ``step_s`` and ``seq_s`` (to 1 us
+and 0.01 us, the precision printed) into the ``calibrated`` entry, in the units of the file's
+reference host (``host_reference_probe_s``, ``scripts/host_reference.py``): the sweep's host
+ran at ``--host-speed`` times it (a number, e.g. the reference over the probe time ``--against``
+found for a sweep without the probe; or ``probe``: the median over the sweep's levels of
+:func:`latsim.validate.compare.run_host_speed`), so the line is multiplied by that speed.
+``--against`` only prints.  The file is left alone when nothing but the command, commit or
+date would change.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
+from latsim.costmodel.host import HOST_SPEED_RANGE, check_host_speed
 from latsim.engines.vllm import host_write
 from latsim.measure.records import load_run, read_meta
 from latsim.provenance import display_path, record, round_decimals, run_inputs, significant
-from latsim.validate.compare import host_probe_ms
+from latsim.validate.compare import host_probe_ms, run_host_speed
 
-DECIMALS = {"step_s": 6, "seq_s": 8, "host_reference_probe_s": 5}
+DECIMALS = {"step_s": 6, "seq_s": 8}
 """Decimal places each written term keeps (seconds): the precision the script prints."""
 
 
@@ -84,27 +89,49 @@ def main() -> None:
     ap.add_argument("--against", type=Path, help="another sweep of the same engine: speed ratio per level")
     ap.add_argument("--host-bound-from", type=int, default=128,
                     help="with --against: only levels with at least this many in flight")
-    ap.add_argument("--write", action="store_true", help="write the result into --yaml")
+    ap.add_argument("--host-speed", default="1",
+                    help="the sweep's host speed against the file's reference host: a number or 'probe'")
+    ap.add_argument("--write", action="store_true", help="write the line into --yaml")
     ap.add_argument("--yaml", type=Path, default=host_write.shipped_path(), help="the host-terms file")
     args = ap.parse_args()
     if args.against:
-        terms, inputs, results = against(args.sweep, args.against, args.host_bound_from)
-    else:
-        if len(args.sweep) > 1:
-            raise SystemExit("give one sweep (several only with --against)")
-        terms, inputs, results = line(args.sweep[0], args.min_concurrency)
+        if args.write:
+            ap.error("--against only prints the other sweep's host in probe terms; it writes nothing")
+        against(args.sweep, args.against, args.host_bound_from)
+        return
+    if len(args.sweep) > 1:
+        raise SystemExit("give one sweep (several only with --against)")
+    speed = sweep_speed(args.sweep[0], args.host_speed, ap)
+    terms, inputs, results = line(args.sweep[0], args.min_concurrency, speed)
     if args.write:
-        entry = None if args.against else "calibrated"
         try:
             written = host_write.write_terms(args.yaml, terms, record(inputs, results, exclude=args.yaml),
-                                             script="host_steps", entry=entry)
+                                             script="host_steps", entry="calibrated")
         except ValueError as exc:
             raise SystemExit(f"{display_path(args.yaml)}: {exc}") from None
         print(f"{display_path(args.yaml)}: {'written' if written else 'unchanged'} ({', '.join(terms)})")
 
 
-def line(root: Path, min_concurrency: int) -> tuple[dict, dict, dict]:
-    """Print the sweep's levels and line; return (terms, inputs, results) for the file."""
+def sweep_speed(root: Path, given: str, ap: argparse.ArgumentParser) -> float:
+    """``--host-speed``: the number given, or with ``probe`` the median over the sweep's probed
+    levels of their host speed against the reference; a clear error otherwise."""
+    if given == "probe":
+        speeds = [run_host_speed(read_meta(p), "probe") for p in sorted(root.glob("c[0-9]*"))
+                  if host_probe_ms(read_meta(p)) is not None]
+        if not speeds:
+            ap.error(f"--host-speed probe: no level under {root} ran the host probe")
+        return float(np.median(speeds))
+    try:
+        speed = float(given)
+        check_host_speed(speed)
+    except ValueError:
+        ap.error(f"--host-speed {given!r}: expected 'probe' or a number in {HOST_SPEED_RANGE}")
+    return speed
+
+
+def line(root: Path, min_concurrency: int, speed: float = 1.0) -> tuple[dict, dict, dict]:
+    """Print the sweep's levels and line; return (terms, inputs, results) for the file: the
+    line in the reference host's units (times ``speed``, the sweep host's speed against it)."""
     conc, step = sweep(root)
     for c, s in zip(conc, step, strict=True):
         print(f"c={c:5.0f}  decode step {s * 1e3:6.2f} ms")
@@ -116,30 +143,30 @@ def line(root: Path, min_concurrency: int) -> tuple[dict, dict, dict]:
     rms = float(np.sqrt(np.mean(resid ** 2)))
     print(f"line over {used.sum()} levels: step_s {step_s * 1e3:.3f} ms, seq_s {seq_s * 1e6:.2f} us/seq, "
           f"residual rms {rms * 1e3:.2f} ms")
-    terms = {"step_s": round_decimals(step_s, DECIMALS["step_s"]), "seq_s": round_decimals(seq_s, DECIMALS["seq_s"])}
-    inputs = {"sweeps": run_inputs([root]), "min_concurrency": min_concurrency,
+    terms = {"step_s": round_decimals(step_s * speed, DECIMALS["step_s"]),
+             "seq_s": round_decimals(seq_s * speed, DECIMALS["seq_s"])}
+    if speed != 1.0:
+        print(f"at the reference host (x{speed:.3f}): step_s {terms['step_s'] * 1e3:.3f} ms, "
+              f"seq_s {terms['seq_s'] * 1e6:.2f} us/seq")
+    inputs = {"sweeps": run_inputs([root]), "min_concurrency": min_concurrency, "host_speed": speed,
               "decimals": {k: DECIMALS[k] for k in terms}}
     results = significant({"levels": [int(c) for c in conc[used]], "step_s": step_s, "seq_s": seq_s,
                            "residual_rms_s": rms}, 6)
     return terms, inputs, results
 
 
-def against(sweeps: list[Path], other: Path, host_bound_from: int) -> tuple[dict, dict, dict]:
-    """Print probe / step ratio per host-bound level; return (terms, inputs, results)."""
+def against(sweeps: list[Path], other: Path, host_bound_from: int) -> float:
+    """Print probe / step ratio per host-bound level and their median: the probe time the other
+    sweep's host would show (seconds, returned)."""
     rows = [row for here in sweeps for row in reference_probe(here, other, host_bound_from)]
     if not rows:
         raise SystemExit("no host-bound level in both sweeps with a host probe here")
     for c, ratio, probe, ref in rows:
         print(f"c={c:5d}  step ratio {ratio:5.2f}  probe {probe * 1e3:5.2f} ms  probe/ratio {ref * 1e3:5.2f} ms")
     median = float(np.median([r[3] for r in rows]))
-    print(f"median probe/ratio over {len(rows)} levels: {median * 1e3:.2f} ms")
-    terms = {"host_reference_probe_s": round_decimals(median, DECIMALS["host_reference_probe_s"])}
-    inputs = {"sweeps": run_inputs(sweeps), "against": run_inputs([other]), "host_bound_from": host_bound_from,
-              "decimals": {k: DECIMALS[k] for k in terms}}
-    results = significant({"levels": [r[0] for r in rows], "step_ratio": [r[1] for r in rows],
-                           "probe_s": [r[2] for r in rows], "probe_over_ratio_s": [r[3] for r in rows],
-                           "median_s": median})
-    return terms, inputs, results
+    print(f"median probe/ratio over {len(rows)} levels: {median * 1e3:.2f} ms: the other sweep's host speed "
+          f"is the reference's probe time over this")
+    return median
 
 
 if __name__ == "__main__":

@@ -25,6 +25,11 @@ held gap is one launch alone.  ``--write`` puts the pooled dense per-layer launc
 ``launch_sigma`` into the ``calibrated`` entry of the host-terms file (``--yaml``), to the
 precision printed (:data:`DECIMALS`), with their provenance; the file is left alone when
 nothing but the command, commit or date would change.
+
+``--host-speed S``: the runs' host ran at ``S`` times the file's reference host
+(``host_reference_probe_s``; ``latsim.validate.compare.run_host_speed``).  The step's host work
+is taken off at that speed and the per-layer launch terms (CPU time) are written in the
+reference host's units (multiplied by ``S``); the tail and spread are the GPU's and are not.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from latsim.costmodel.host import check_host_speed
 from latsim.engines.vllm import host_write
 from latsim.engines.vllm.host_terms import read_host_terms
 from latsim.measure.records import load_run
@@ -48,6 +54,8 @@ Z90 = 2.563  # z(0.9) - z(0.1)
 DECIMALS = {"launch_layer_s": 6, "launch_moe_layer_s": 6, "launch_tail_s": 5, "launch_sigma": 2}
 """Decimal places each written term keeps: the precision printed (the spread's third digit
 differs between the levels it averages)."""
+CPU_TERMS = ("launch_layer_s", "launch_moe_layer_s")
+"""The measured terms that are CPU time (scaled by ``--host-speed``)."""
 
 
 def split_emissions(times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -139,13 +147,20 @@ def main() -> None:
     ap.add_argument("--yaml", type=Path, default=host_write.shipped_path(), help="the host-terms file")
     ap.add_argument("--step-s", type=float, help="host seconds per step (default: --yaml's calibrated entry)")
     ap.add_argument("--seq-s", type=float, help="host seconds per sequence (default: --yaml's calibrated entry)")
+    ap.add_argument("--host-speed", type=float, default=1.0,
+                    help="the runs' host speed against the file's reference host (see the module doc)")
     ap.add_argument("--write", action="store_true", help="write the launch terms into --yaml")
     args = ap.parse_args()
+    try:
+        check_host_speed(args.host_speed)
+    except ValueError as exc:
+        ap.error(str(exc))
     step_s, seq_s = args.step_s, args.seq_s
     if step_s is None or seq_s is None:
         calibrated = read_host_terms(args.yaml, "calibrated")
         step_s = calibrated.step_s if step_s is None else step_s
         seq_s = calibrated.seq_s if seq_s is None else seq_s
+    step_s, seq_s = step_s / args.host_speed, seq_s / args.host_speed  # the host work on the runs' host
     dense, _ = measure("dense", args.runs, step_s, seq_s)
     terms = {"launch_layer_s": dense["per_layer_s"], "launch_tail_s": dense["tail_p50_s"]}
     results: dict = {"dense": dense}
@@ -158,6 +173,9 @@ def main() -> None:
         terms["launch_sigma"] = float(np.mean(sigmas))
         results["sigma_per_level"] = sigmas
         print(f"launch_sigma {terms['launch_sigma']:.3f} (mean of {len(sigmas)} levels)")
+    for name in CPU_TERMS:
+        if name in terms:
+            terms[name] *= args.host_speed  # CPU seconds on the reference host
     if args.write:
         write(args, terms, results, step_s, seq_s)
 
@@ -165,7 +183,8 @@ def main() -> None:
 def write(args: argparse.Namespace, terms: dict[str, float], results: dict, step_s: float, seq_s: float) -> None:
     """Write ``terms`` (rounded to :data:`DECIMALS`) and their provenance into ``args.yaml``."""
     inputs = {"runs": run_inputs(args.runs), "moe_runs": run_inputs(args.moe), "sigma_runs": run_inputs(args.sigma),
-              "host": {"step_s": step_s, "seq_s": seq_s}, "decimals": {k: DECIMALS[k] for k in terms}}
+              "host": {"step_s": step_s, "seq_s": seq_s}, "host_speed": args.host_speed,
+              "decimals": {k: DECIMALS[k] for k in terms}}
     results = significant({**results, **{f"{k}_unrounded": v for k, v in terms.items()}}, 6)
     rounded = {k: round_decimals(v, DECIMALS[k]) for k, v in terms.items()}
     host_write.write_or_exit(args.yaml, rounded, inputs, results, script="launch_gaps")

@@ -59,17 +59,41 @@ def test_host_steps_writes_the_line_then_leaves_the_file_alone(tmp_path: Path, h
     assert hostfile.read_bytes() == before
 
 
-def test_host_steps_against_writes_the_reference_probe(tmp_path: Path, hostfile: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_steps_writes_a_slow_sweeps_line_in_the_reference_hosts_units(
+        tmp_path: Path, hostfile: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sweep whose host ran at half the reference (its probe twice as long) took twice the
+    reference's host time per step: the file gets the reference's line."""
+    rng = np.random.default_rng(5)
+    ref = engine(hostfile)["host_reference_probe_s"]
+    slow = tmp_path / "slow"
+    for c in (2, 8, 32, 128):
+        level(slow, c, 2 * (2e-3 + 1e-5 * c), rng, probe_s=2 * ref)
+    for speed in ("probe", "0.5"):
+        run_script("host_steps.py", [str(slow), "--host-speed", speed, "--write", "--yaml", str(hostfile)], monkeypatch)
+        calibrated = read_host_terms(hostfile, "calibrated")
+        assert (calibrated.step_s, calibrated.seq_s) == (2e-3, 1e-5)
+    assert engine(hostfile)["calibrated"]["provenance"]["host_steps"]["inputs"]["host_speed"] == 0.5
+    assert "at the reference host (x0.500)" in capsys.readouterr().out
+
+
+def test_host_steps_against_prints_and_writes_nothing(tmp_path: Path, hostfile: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(5)
     fast, slow = tmp_path / "fast", tmp_path / "slow"
     for c in (128, 256):
         level(fast, c, 2e-3 + 1e-5 * c, rng)
         level(slow, c, 2 * (2e-3 + 1e-5 * c), rng, probe_s=2.4e-3)
-    run_script("host_steps.py", [str(slow), "--against", str(fast), "--write", "--yaml", str(hostfile)], monkeypatch)
-    written = engine(hostfile)
-    assert written["host_reference_probe_s"] == 1.2e-3
-    assert written["provenance"]["host_steps"]["inputs"]["against"] == {fast.as_posix(): run_digest(fast)}
+    with pytest.raises(SystemExit) as exc:
+        run_script("host_steps.py", [str(slow), "--against", str(fast), "--write", "--yaml", str(hostfile)],
+                   monkeypatch)
+    assert exc.value.code == 2 and "writes nothing" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        run_script("host_steps.py", [str(fast), "--host-speed", "probe"], monkeypatch)
+    assert exc.value.code == 2 and "no level under" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        run_script("host_steps.py", [str(fast), "--host-speed", "fast"], monkeypatch)
+    assert exc.value.code == 2 and "--host-speed 'fast'" in capsys.readouterr().err
 
 
 def launch_run(root: Path, layers: int, launches_s: list[float], tail_s: float) -> Path:
@@ -112,6 +136,12 @@ def test_launch_gaps_writes_the_four_launch_terms(tmp_path: Path, hostfile: Path
     before = hostfile.read_bytes()
     run_script("launch_gaps.py", argv, monkeypatch)
     assert hostfile.read_bytes() == before
+    # the same gaps on a host at half the reference's speed: its host work took twice as long,
+    # and the CPU per layer left is the reference's half of what was seen; tail and spread kept
+    run_script("launch_gaps.py", [*argv, "--host-speed", "0.5"], monkeypatch)
+    slow = read_host_terms(hostfile, "calibrated")
+    assert slow.launch_layer_s == round(0.5 * (np.median(dense_launches) - 2 * host) / 32, 6)
+    assert (slow.launch_tail_s, slow.launch_sigma) == (calibrated.launch_tail_s, calibrated.launch_sigma)
 
 
 def poisson_run(root: Path, rng: np.random.Generator) -> Path:
