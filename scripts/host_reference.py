@@ -87,7 +87,8 @@ def write(args: argparse.Namespace, levels: list[tuple[Path, float]], stats: dic
     if old == new:  # the terms are already in this host's units: keep the record of their rescaling
         previous = (engine.get("provenance") or {}).get("host_reference")
         results = previous["results"] if previous else results
-    host_write.write_or_exit(args.yaml, spread, inputs, results, script="host_reference", entry=None)
+    host_write.write_or_exit(args.yaml, spread, inputs, results, script="host_reference", entry=None,
+                             supersedes=("host_steps",))  # its --against once wrote the reference
 
 
 def main() -> None:

@@ -119,9 +119,9 @@ def test_host_speed_slows_a_host_bound_engine_not_a_gpu_bound_one(monkeypatch, c
         assert code == 0
         return json.loads(out)["tpot_ms"]["p50"]
 
-    assert tpot("llama-3.2-1b", "0.5") > 1.6 * tpot("llama-3.2-1b", "1")
-    # GPU-bound: a few percent (its graph-less launches are CPU work), against 1.6x and more above
-    assert tpot("qwen2.5-32b", "0.5") == pytest.approx(tpot("qwen2.5-32b", "1"), rel=0.05)
+    assert tpot("llama-3.2-1b", "0.7") > 1.3 * tpot("llama-3.2-1b", "1")
+    # GPU-bound: a few percent (its graph-less launches are CPU work), against 1.3x and more above
+    assert tpot("qwen2.5-32b", "0.7") == pytest.approx(tpot("qwen2.5-32b", "1"), rel=0.05)
 
 
 def test_host_speed_in_a_deployment_file(tmp_path, monkeypatch, capsys):
@@ -157,4 +157,4 @@ def test_host_report_says_how_host_bound_a_prediction_is(monkeypatch, capsys):
     slow, fast = host["speeds"]["at"]
     assert (slow["host_speed"], fast["host_speed"]) == typical_host_speeds()  # the live runs' hosts' range
     assert slow["host_speed"] < 1.0 < fast["host_speed"]
-    assert slow["tpot_p50_change"] > 0.2 > 0.0 > fast["tpot_p50_change"]
+    assert slow["tpot_p50_change"] > 0.1 > 0.0 > -0.1 > fast["tpot_p50_change"]

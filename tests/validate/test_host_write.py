@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from latsim.costmodel.host import SPEED_FIELDS
 from latsim.engines.vllm import host_write
 from latsim.engines.vllm.host_terms import HOST_TERMS_KEY, default_host_overhead, read_host_terms
 from latsim.provenance import record, same_computation
@@ -33,14 +34,19 @@ def test_the_shipped_file_holds_data_only_with_a_record_per_script() -> None:
     engine = data["engines"][HOST_TERMS_KEY]
     wrote = {("calibrated", "host_steps"): {"step_s", "seq_s"},
              ("calibrated", "launch_gaps"): {"launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launch_sigma"},
-             ("calibrated", "fit_engine_host"): {"frontend_s", "gpu_scale", "eager_layer_s", "eager_moe_layer_s"},
+             ("calibrated", "fit_engine_host"): {"frontend_s", "gpu_scale", "eager_layer_s", "eager_moe_layer_s",
+                                                 "launch_moe_layer_s"},
+             ("calibrated", "host_reference"): set(SPEED_FIELDS),
              ("roofline", "fit_engine_host"): {"gpu_scale", "eager_layer_s", "eager_moe_layer_s"}}
     for (entry, script), terms in wrote.items():
         rec = engine[entry]["provenance"][script]
         assert set(rec["terms"]) == terms
         assert {"command", "commit", "date", "inputs", "results"} <= set(rec)
         assert rec["command"].startswith(f"python scripts/{script}.py")
-    assert engine["provenance"]["host_steps"]["terms"] == ["host_reference_probe_s"]
+    reference = engine["provenance"]["host_reference"]
+    assert reference["terms"] == ["host_reference_probe_s", "host_probe_p10_s", "host_probe_p90_s"]
+    assert set(engine["provenance"]) == {"host_reference"}  # the reference's first record moved into it
+    assert reference["replaces"]["host_steps"]["terms"] == ["host_reference_probe_s"]
     comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
     assert len(comments) <= 3 and all(line.startswith("#") for line in comments)  # the header only
     assert default_host_overhead("calibrated").step_s == engine["calibrated"]["step_s"]
@@ -55,6 +61,23 @@ def test_written_terms_are_read_back_by_the_loader(hostfile: Path) -> None:
     saved = yaml.safe_load(hostfile.read_text())["engines"][HOST_TERMS_KEY]["calibrated"]
     assert list(saved)[-1] == "provenance"
     assert saved["provenance"]["host_steps"] == {"terms": ["step_s", "seq_s"], **RECORD}
+
+
+def test_a_record_whose_terms_are_all_rewritten_moves_into_the_new_one(hostfile: Path) -> None:
+    assert host_write.write_terms(hostfile, {"host_reference_probe_s": 1e-3}, RECORD, script="host_steps", entry=None)
+    args = {"script": "host_reference", "entry": None, "supersedes": ("host_steps", "launch_gaps")}
+    assert host_write.write_terms(hostfile, {"host_reference_probe_s": 2e-3}, RECORD, **args)
+    provenance = yaml.safe_load(hostfile.read_text())["engines"][HOST_TERMS_KEY]["provenance"]
+    assert "host_steps" not in provenance
+    assert provenance["host_reference"]["replaces"]["host_steps"] == {"terms": ["host_reference_probe_s"], **RECORD}
+    assert not host_write.write_terms(hostfile, {"host_reference_probe_s": 2e-3}, RECORD, **args)  # kept, unchanged
+    # a record with a term not written now still describes the file: it stays
+    assert host_write.write_terms(hostfile, {"step_s": 2e-3, "seq_s": 1e-5}, RECORD, script="host_steps",
+                                  entry="calibrated")
+    assert host_write.write_terms(hostfile, {"step_s": 3e-3}, RECORD, script="host_reference", entry="calibrated",
+                                  supersedes=("host_steps",))
+    calibrated = yaml.safe_load(hostfile.read_text())["engines"][HOST_TERMS_KEY]["calibrated"]["provenance"]
+    assert "host_steps" in calibrated and "replaces" not in calibrated["host_reference"]
 
 
 def test_a_new_file_is_created_with_the_engine_level_term(tmp_path: Path) -> None:

@@ -52,11 +52,16 @@ def read(path: str | Path) -> dict[str, Any]:
 
 
 def write_terms(path: str | Path, terms: Mapping[str, float], record: Mapping[str, Any], *,
-                script: str, entry: str | None, engine: str = HOST_TERMS_KEY) -> bool:
+                script: str, entry: str | None, engine: str = HOST_TERMS_KEY,
+                supersedes: tuple[str, ...] = ()) -> bool:
     """Set ``terms`` in ``engines/<engine>/<entry>`` (``entry`` None: the engine's own mapping,
     :data:`ENGINE_TERMS` only) and ``provenance/<script>`` there to ``record`` plus the list of
     terms; write the file atomically, unless the terms and the record (but for its volatile keys)
     are what the file already holds.  Returns whether the file was written.
+
+    A record there of a script named in ``supersedes`` whose every term is written now no longer
+    describes a value in the file: it moves into the new record, under ``replaces`` (kept there
+    when the script writes again).
 
     ValueError (naming the term) for a term that does not belong there, a value that is not a
     finite number >= 0, a CPU term written into an entry that takes them from another
@@ -74,11 +79,18 @@ def write_terms(path: str | Path, terms: Mapping[str, float], record: Mapping[st
                              f"cannot write {', '.join(shared)} there")
     new_record = plain({"terms": list(terms), **record})
     provenance = _child(target, "provenance", f"engines/{engine}/{entry}/provenance")
+    replaced = {name: provenance[name] for name in supersedes
+                if name in provenance and set(provenance[name].get("terms", [])) <= set(terms)}
+    replaced = replaced or (provenance.get(script) or {}).get("replaces", {})
+    if replaced:
+        new_record["replaces"] = replaced
     unchanged = all(target.get(name) == float(value) for name, value in terms.items()) \
         and same_computation(provenance.get(script), new_record)
     if unchanged:
         return False
     target.update({name: float(value) for name, value in terms.items()})
+    for name in replaced:
+        provenance.pop(name, None)
     provenance[script] = new_record
     target["provenance"] = target.pop("provenance")  # the terms first, their provenance after
     if entry is not None:
@@ -88,12 +100,13 @@ def write_terms(path: str | Path, terms: Mapping[str, float], record: Mapping[st
 
 
 def write_or_exit(path: Path, terms: Mapping[str, float], inputs: Mapping[str, Any], results: Mapping[str, Any],
-                  *, script: str, entry: str | None = "calibrated") -> None:
+                  *, script: str, entry: str | None = "calibrated", supersedes: tuple[str, ...] = ()) -> None:
     """A script's ``--write``: :func:`write_terms` with the provenance record of ``inputs`` and
     ``results`` (:func:`latsim.provenance.record`, the file itself left out of the inputs); prints
     whether the file was written; SystemExit naming the file for what :func:`write_terms` refuses."""
     try:
-        written = write_terms(path, terms, record(inputs, results, exclude=path), script=script, entry=entry)
+        written = write_terms(path, terms, record(inputs, results, exclude=path), script=script, entry=entry,
+                              supersedes=supersedes)
     except ValueError as exc:
         raise SystemExit(f"{display_path(path)}: {exc}") from None
     print(f"{display_path(path)}: {'written' if written else 'unchanged'} ({', '.join(terms)})")
