@@ -1,8 +1,9 @@
 """What an unmeasured server's CPU does to a prediction: TTFT and TPOT p50 across ``--host-speed``.
 
-The engine's CPU terms describe one host (``engine_host.yaml``, reference probe 1.24 ms); on
-the lent H200 machine the probe ran 1.00-2.30 ms, i.e. host speeds 0.54-1.24.  For a GPU whose
-server nobody measured, this prints the predictions at host speeds 0.5, 0.75, 1.0 and 1.25 for a
+The engine's CPU terms describe one host (``host.yaml``: the lent H200 VM's typical CPU, the
+median host probe of the live runs, 1.78 ms); on that machine the probe ran 1.00-2.34 ms, i.e.
+host speeds 0.76-1.78.  For a GPU whose server nobody measured, this prints the predictions at
+host speeds 0.75, 1.0, 1.25 and 1.5 for a
 host-bound model (Llama-3.2-1B) and a GPU-bound one (Llama-3.1-8B) on each GPU with a profile,
 at a fixed Poisson load of 512-token prompts and 128-token outputs (seeded).
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from latsim import Deployment, EngineConfig, load_device, load_model, simulate, synthesize
 
-SPEEDS = (0.5, 0.75, 1.0, 1.25)
+SPEEDS = (0.75, 1.0, 1.25, 1.5)
 CASES = (("llama-3.2-1b", 40.0), ("llama-3.1-8b", 10.0))
 GPUS = ("a100", "h100", "h200", "b200")
 
