@@ -117,6 +117,28 @@ def event_times(torch: Any, reps: int, call: Callable[[int], object]) -> list[fl
     return [a.elapsed_time(b) * 1e-3 for a, b in zip(starts, ends, strict=True)]
 
 
+def estimate(torch: Any, fn: Callable[[int], object], first: int) -> tuple[float, float]:
+    """(GPU seconds per call, host seconds to enqueue one call) over three calls ``fn(first)``,
+    ``fn(first + 1)``, ``fn(first + 2)``."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    a.record()
+    for i in range(3):
+        fn(first + i)
+    b.record()
+    host = (time.perf_counter() - t0) / 3
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) * 1e-3 / 3, host
+
+
+def gpu_sleep(torch: Any, seconds: float) -> None:
+    """Enqueue a GPU busy-wait of about ``seconds`` (at most :data:`MAX_SLEEP_S`) so the host
+    can enqueue the timed calls ahead of the GPU; nothing where torch lacks ``cuda._sleep``."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None and seconds > 0:
+        sleep(int(min(seconds, MAX_SLEEP_S) * SLEEP_CLOCK_HZ))
+
+
 class CudaTimer:
     """CUDA-event timer (see the module note).  ``torch`` is the imported module."""
 
@@ -131,28 +153,10 @@ class CudaTimer:
         for i in range(s.warmup):
             fn(i)
         torch.cuda.synchronize()
-        est_gpu, est_host = self._estimate(fn)
+        est_gpu, est_host = estimate(torch, fn, s.warmup)
         reps = _reps(est_gpu, s)
-        self._sleep(reps * est_host * 1.3)
+        gpu_sleep(torch, reps * est_host * 1.3)
         return summarize(event_times(torch, reps, lambda i: fn(s.warmup + 3 + i)), self.name)
-
-    def _estimate(self, fn: Callable[[int], object]) -> tuple[float, float]:
-        """(GPU seconds per call, host seconds to enqueue one call) over three calls."""
-        torch = self.torch
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0 = time.perf_counter()
-        a.record()
-        for i in range(3):
-            fn(self.settings.warmup + i)
-        b.record()
-        host = (time.perf_counter() - t0) / 3
-        torch.cuda.synchronize()
-        return a.elapsed_time(b) * 1e-3 / 3, host
-
-    def _sleep(self, seconds: float) -> None:
-        sleep = getattr(self.torch.cuda, "_sleep", None)
-        if sleep is not None and seconds > 0:
-            sleep(int(min(seconds, MAX_SLEEP_S) * SLEEP_CLOCK_HZ))
 
 
 class GraphTimer:
@@ -170,7 +174,7 @@ class GraphTimer:
         for i in range(s.warmup):
             fn(i)
         torch.cuda.synchronize()
-        est_gpu, _ = self.events._estimate(fn)
+        est_gpu, _ = estimate(torch, fn, s.warmup)
         calls = graph_calls(est_gpu)
         try:
             graph = self._capture(fn, calls)
@@ -179,7 +183,7 @@ class GraphTimer:
             return self.events.time(fn)
         reps = _reps(est_gpu * calls, s)
         graph.replay()
-        self.events._sleep(reps * REPLAY_ENQUEUE_S * 1.3)
+        gpu_sleep(torch, reps * REPLAY_ENQUEUE_S * 1.3)
         replays = event_times(torch, reps, lambda _: graph.replay())
         return summarize([t / calls for t in replays], self.name)
 
