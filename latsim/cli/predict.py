@@ -92,11 +92,13 @@ def _print(deployment, summary: dict, as_json: bool) -> None:
 
 
 def _host_report(deployment, settings: Settings) -> dict:
-    """:func:`latsim.sim.host_report.host_report` on one run of the workload (the first trace)."""
+    """:func:`latsim.sim.host_report.host_report` on one run of the workload (the first trace), at
+    the host speeds the live runs' hosts spanned."""
+    from latsim.engines.vllm.host_terms import typical_host_speeds
     from latsim.scenario import build_trace
     from latsim.sim.host_report import host_report
 
-    return host_report(deployment, build_trace(settings), seed=settings.seed or 0)
+    return host_report(deployment, build_trace(settings), typical_host_speeds(), seed=settings.seed or 0)
 
 
 def _check_outcome(summary: dict, records) -> None:

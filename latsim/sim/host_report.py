@@ -9,9 +9,9 @@ reference host's:
   (:meth:`~latsim.costmodel.host.HostOverlapCostModel.parts`), and the splits summed by
   :func:`share_from_parts`.
 * :func:`host_speed_sensitivity`: TTFT and TPOT P50 re-simulated at other host speeds
-  (:attr:`~latsim.deployment.EngineConfig.host_speed`; by default the range the live runs'
-  hosts spanned, :func:`~latsim.engines.vllm.host_terms.typical_host_speeds`), as absolute
-  values and relative to the prediction's own speed.
+  (:attr:`~latsim.deployment.EngineConfig.host_speed`; ``latsim predict --host-report`` asks
+  for the range the live runs' hosts spanned), as absolute values and relative to the
+  prediction's own speed.
 
 What the share counts: the per-step host terms (scheduling, input preparation and output
 processing, ``step_s + seq_s x sequences``).  The front-end latency (``frontend_s``, outside
@@ -31,7 +31,6 @@ import numpy.typing as npt
 from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.host import HostOverlapCostModel, check_host_speed
 from latsim.deployment import resolve_engine
-from latsim.engines.vllm.host_terms import typical_host_speeds
 from latsim.sim.simulate import default_cost_model, simulate
 
 
@@ -136,11 +135,10 @@ def host_share(deployment: Any, trace: Any, *, seed: int = 0) -> HostShare:
                    launch_s=float(sum(tally.launches)))
 
 
-def host_speed_sensitivity(deployment: Any, trace: Any, speeds: tuple[float, ...] | None = None, *,
+def host_speed_sensitivity(deployment: Any, trace: Any, speeds: tuple[float, ...], *,
                            seed: int = 0, base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """TTFT and TPOT P50 (ms) at each host speed in ``speeds`` (None: the range the live runs'
-    hosts spanned, :func:`~latsim.engines.vllm.host_terms.typical_host_speeds`), and their
-    change from ``base``.
+    """TTFT and TPOT P50 (ms) at each host speed in ``speeds`` (``latsim predict --host-report``
+    passes the range the live runs' hosts spanned), and their change from ``base``.
 
     ``base`` is the prediction's summary at the deployment's own ``host_speed`` (simulated here
     when None).  Each entry: ``host_speed``, ``ttft_p50_ms``, ``tpot_p50_ms``, the relative
@@ -149,8 +147,6 @@ def host_speed_sensitivity(deployment: Any, trace: Any, speeds: tuple[float, ...
     (False when requests were still unfinished at the horizon: the deployment cannot keep up
     at that speed, and its percentiles describe only what finished).
     """
-    if speeds is None:
-        speeds = typical_host_speeds()
     for speed in speeds:
         check_host_speed(speed)
     if base is None:
@@ -168,7 +164,7 @@ def host_speed_sensitivity(deployment: Any, trace: Any, speeds: tuple[float, ...
     return out
 
 
-def host_report(deployment: Any, trace: Any, *, seed: int = 0, speeds: tuple[float, ...] | None = None,
+def host_report(deployment: Any, trace: Any, speeds: tuple[float, ...], *, seed: int = 0,
                 base: dict[str, Any] | None = None) -> dict[str, Any]:
     """Both answers in one JSON-ready dict: ``share`` (:class:`HostShare`) and ``speeds``."""
     return {"share": host_share(deployment, trace, seed=seed).as_dict(),
