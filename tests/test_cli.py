@@ -131,6 +131,9 @@ def test_host_speed_in_a_deployment_file(tmp_path, monkeypatch, capsys):
     code, slow, _ = run(["predict", "--config", str(cfg), "--json"], monkeypatch, capsys)
     _, fast, _ = run(["predict", "--config", str(cfg), "--host-speed", "1", "--json"], monkeypatch, capsys)
     assert code == 0 and json.loads(slow)["tpot_ms"]["p50"] > json.loads(fast)["tpot_ms"]["p50"]
+    assert (json.loads(slow)["host_speed"], json.loads(fast)["host_speed"]) == (0.5, 1.0)  # the output says it
+    code, table, _ = run(["predict", "--config", str(cfg)], monkeypatch, capsys)
+    assert code == 0 and "host speed (1: a typical lent H200 VM's CPU)" in table
     cfg.write_text("engine: {host_speed: fast}\n")
     code, _, err = run(["predict", "--config", str(cfg)], monkeypatch, capsys)
     assert code == 2 and "engine.host_speed" in err

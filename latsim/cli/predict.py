@@ -67,6 +67,7 @@ def _simulated(settings: Settings, slo, replications: int, fallback: dict | None
     if fallback is not None:
         summary["surrogate"] = fallback
     summary.update(dtype_report(deployment))
+    summary["host_speed"] = deployment.engine.host_speed
     if host_report:
         summary["host"] = _host_report(deployment, settings)
     written = write_outputs(out_dir, result.records, summary, {"memory": result.memory, "inputs": result.inputs}) \

@@ -24,7 +24,7 @@ SUMMARY_KEYS = ("num_requests", "num_completed", "num_rejected", "num_unfinished
                 "throughput_rps", "input_tokens_per_s", "output_tokens_per_s", "kv_capacity_tokens", "kv_blocks",
                 "kv_peak_utilization", "max_model_len", "cost_model", "engine_steps", "offered_rps", "stable",
                 "horizon_s", "replications", "saturation", "capacity_rps", "stability", "intervals", "inputs",
-                "weight_dtype", "weight_dtype_source", "kv_dtype", "kv_dtype_source")
+                "weight_dtype", "weight_dtype_source", "kv_dtype", "kv_dtype_source", "host_speed")
 """The top-level keys of the simulator's summary (``latsim predict --json``)."""
 
 TRAINED_ENGINE = {"engine": "vllm", "block_size": 16, "gpu_memory_utilization": 0.92, "enable_chunked_prefill": True,
@@ -91,7 +91,7 @@ def answer(settings: Settings, trace: RequestTrace, surrogate: Any) -> tuple[dic
     summary.update({"num_requests": len(trace), "ttft_ms": _block(pred, "ttft_ms"), "tpot_ms": _block(pred, "tpot_ms"),
                     "e2e_ms": _block(pred, "e2e_ms"), "throughput_rps": float(pred["throughput_rps"]),
                     "offered_rps": float(row["qps"].iloc[0]), "stable": bool(pred["stable"]),
-                    "cost_model": "surrogate"})
+                    "cost_model": "surrogate", "host_speed": TRAINED_ENGINE["host_speed"]})
     summary["surrogate"] = {"in_domain": True, "stable_probability": float(pred["stable_probability"]),
                             "workload": {k: float(row[k].iloc[0]) for k in ("qps", "input_median", "input_sigma",
                                                                             "output_median", "output_sigma",

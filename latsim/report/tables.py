@@ -51,6 +51,8 @@ def system_table(summary: dict, title: str) -> Table:
         ("engine steps", f"{summary['engine_steps']:,}"),
         ("cost model", str(summary["cost_model"])),
     ]
+    if "host_speed" in summary:  # the CPU terms' host is the lent H200 VM's typical one (host.yaml)
+        rows.append(("host speed (1: a typical lent H200 VM's CPU)", f"{summary['host_speed']:g}"))
     if "goodput_rps" in summary:
         rows.append(("goodput (req/s meeting the SLO)", _num(summary["goodput_rps"])))
     host = summary.get("host")
