@@ -52,7 +52,7 @@ def probed_levels(roots: list[Path]) -> list[tuple[Path, float]]:
 
 
 def summary(levels: list[tuple[Path, float]]) -> dict[str, float]:
-    """Count, engine starts and the 10th / 50th / 90th percentile of the probe (seconds)."""
+    """Count, run folders and the 10th / 50th / 90th percentile of the probe (seconds)."""
     probes = np.array([p for _, p in levels])
     p10, p50, p90 = np.percentile(probes, [10, 50, 90])
     return {"levels": len(levels), "run_folders": len({level.parent for level, _ in levels}),
