@@ -23,12 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from latsim.costmodel.host import HOST_SPEED_RANGE, check_host_speed
 from latsim.engines.vllm import host_write
 from latsim.engines.vllm.host_terms import read_host_terms
 from latsim.measure.records import read_meta
 from latsim.provenance import combined_digest, display_path, record, round_significant, run_inputs, significant
-from latsim.validate.compare import find_runs
+from latsim.validate.compare import find_runs, host_speed_option
 from latsim.validate.fit_host import DENSE_FIELDS, FIELDS, TARGETS, Replay, errors, fit_host, load_replays
 
 DIGITS = 4
@@ -68,12 +67,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--yaml", type=Path, default=host_write.shipped_path(), help="the host-terms file")
     ap.add_argument("--write", action="store_true", help="write the fitted terms into --yaml")
     args = ap.parse_args()
-    if args.host_speed != "probe":
-        try:
-            args.host_speed = float(args.host_speed)
-            check_host_speed(args.host_speed)
-        except ValueError:
-            ap.error(f"--host-speed {args.host_speed!r}: expected 'probe' or a number in {HOST_SPEED_RANGE}")
+    try:
+        args.host_speed = host_speed_option(args.host_speed)
+    except ValueError as exc:
+        ap.error(str(exc))
     args.dense_free = tuple(t for t in args.dense_free.split(",") if t)
     args.moe_free = tuple(t for t in args.moe_free.split(",") if t)
     for name in (*args.dense_free, *args.moe_free):

@@ -36,11 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from latsim.costmodel.host import HOST_SPEED_RANGE, check_host_speed
 from latsim.engines.vllm import host_write
 from latsim.measure.records import load_run, read_meta
 from latsim.provenance import display_path, record, round_decimals, run_inputs, significant
-from latsim.validate.compare import host_probe_ms, run_host_speed
+from latsim.validate.compare import host_probe_ms, host_speed_option, run_host_speed
 
 DECIMALS = {"step_s": 6, "seq_s": 8}
 """Decimal places each written term keeps (seconds): the precision the script prints."""
@@ -115,18 +114,17 @@ def main() -> None:
 def sweep_speed(root: Path, given: str, ap: argparse.ArgumentParser) -> float:
     """``--host-speed``: the number given, or with ``probe`` the median over the sweep's probed
     levels of their host speed against the reference; a clear error otherwise."""
-    if given == "probe":
-        speeds = [run_host_speed(read_meta(p), "probe") for p in sorted(root.glob("c[0-9]*"))
-                  if host_probe_ms(read_meta(p)) is not None]
-        if not speeds:
-            ap.error(f"--host-speed probe: no level under {root} ran the host probe")
-        return float(np.median(speeds))
     try:
-        speed = float(given)
-        check_host_speed(speed)
-    except ValueError:
-        ap.error(f"--host-speed {given!r}: expected 'probe' or a number in {HOST_SPEED_RANGE}")
-    return speed
+        speed = host_speed_option(given)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if speed != "probe":
+        return float(speed)
+    metas = [read_meta(p) for p in sorted(root.glob("c[0-9]*"))]
+    speeds = [run_host_speed(meta, "probe") for meta in metas if host_probe_ms(meta) is not None]
+    if not speeds:
+        ap.error(f"--host-speed probe: no level under {root} ran the host probe")
+    return float(np.median(speeds))
 
 
 def line(root: Path, min_concurrency: int, speed: float = 1.0) -> tuple[dict, dict, dict]:

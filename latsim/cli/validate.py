@@ -25,11 +25,21 @@ def validate(
 ) -> None:
     """Replay measured runs in the simulator and print signed errors (predicted vs measured)."""
     from latsim.report.tables import validation_table
-    from latsim.validate.compare import CLIENT_LAG_LIMIT_S, compare_run, error_table, find_runs, headline
+    from latsim.validate.compare import (
+        CLIENT_LAG_LIMIT_S,
+        compare_run,
+        error_table,
+        find_runs,
+        headline,
+        host_speed_option,
+    )
 
     if not run.exists():
         raise UserError(f"{run} does not exist")
-    speed = host_speed if host_speed == "probe" else _number("--host-speed", host_speed)
+    try:
+        speed = host_speed_option(host_speed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     levels = [compare_run(r, device, seed=seed, host_speed=speed, profile=profile) for r in find_runs(run)]
     table = error_table(levels)
     if out_dir:
@@ -52,9 +62,3 @@ def validate(
         out.print("median |error| over Poisson levels, client-bound runs left out:")
         out.print(headline(table, engine_bound_only=True).to_string(float_format=pct))
 
-
-def _number(flag: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise UserError(f"{flag} must be a number or 'probe', got {text!r}") from None

@@ -18,6 +18,7 @@ import pandas as pd
 from latsim.catalog.hf_config import parse_hf_config
 from latsim.catalog.lookup import load_device
 from latsim.catalog.quant_resolve import AUTO
+from latsim.costmodel.host import HOST_SPEED_RANGE, check_host_speed
 from latsim.deployment import Deployment, EngineConfig
 from latsim.engines.vllm.host_terms import reference_probe_s
 from latsim.measure.records import load_run
@@ -49,6 +50,21 @@ def host_probe_ms(meta: dict) -> float | None:
     time: a larger value means a slower CPU under the engine while this level ran."""
     value = ((meta.get("host_probe") or {}).get("summary") or {}).get("probe_p50_s")
     return float(value) * 1e3 if isinstance(value, (int, float)) else None
+
+
+def host_speed_option(text: str) -> float | str:
+    """A ``--host-speed`` value as given on a command line: ``"probe"``, or a number in
+    :data:`~latsim.costmodel.host.HOST_SPEED_RANGE`; ValueError naming the text and what is
+    accepted otherwise."""
+    if text == "probe":
+        return text
+    try:
+        speed = float(text)
+        check_host_speed(speed)
+    except ValueError:
+        lo, hi = HOST_SPEED_RANGE
+        raise ValueError(f"--host-speed {text!r}: expected 'probe' or a number in [{lo:g}, {hi:g}]") from None
+    return speed
 
 
 def run_host_speed(meta: dict, host_speed: float | str) -> float:

@@ -18,6 +18,7 @@ from latsim.validate.compare import (
     error_table,
     headline,
     host_probe_ms,
+    host_speed_option,
     run_host_speed,
 )
 from tests.cli_runner import run_cli as cli
@@ -92,3 +93,13 @@ def test_cli_json_and_bad_path(monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
     assert code == 0 and len(rows) == len(METRICS) * len(STATS)
     code, _, err = cli(["validate", str(tmp_path / "missing"), "--device", "h200"], monkeypatch, capsys)
     assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
+    for bad in ("fast", "50"):  # not a number, out of range: one line naming it and what is accepted
+        code, _, err = cli(["validate", str(SMALL_RUN), "--host-speed", bad], monkeypatch, capsys)
+        assert code == 2 and f"--host-speed {bad!r}" in err and "'probe' or a number in [0.1, 10]" in err
+
+
+def test_host_speed_option_reads_probe_or_a_number_in_range() -> None:
+    assert host_speed_option("probe") == "probe" and host_speed_option("0.75") == 0.75
+    for bad in ("fast", "0", "11", "nan"):
+        with pytest.raises(ValueError, match="expected 'probe' or a number"):
+            host_speed_option(bad)
