@@ -17,8 +17,10 @@ kernel is launched from Python.  That costs ``eager_layer_s`` per layer, and
 ``eager_moe_layer_s`` more per mixture-of-experts layer (routing, alignment and the fused
 expert kernels are several Python-level calls), on top of the GPU time (measured live runs
 show it adds rather than overlaps: a 512-token prompt joining a decode batch of Llama-3.1-8B
-costs about twice its GEMM time).  Under asynchronous scheduling the launch of such a step
-also holds back the outputs of the step before it: the step's host time, then
+costs about twice its GEMM time).  It is not kernel time (profiled graph-less steps add up to
+their kernels without it): the GPU waits for the Python launches inside the step, so it is
+CPU time and scales with the host's speed like the other CPU terms.  Under asynchronous
+scheduling the launch of such a step also holds back the outputs of the step before it: the step's host time, then
 ``launch_layer_s`` per layer (and ``launch_moe_layer_s`` more per MoE layer) of CPU time, the
 next step decided only once it ends, the step ending ``launch_tail_s`` after it at the
 earliest (:mod:`latsim.engines.vllm.launch` applies it; the cost model only prices it).
@@ -69,7 +71,7 @@ class HostOverhead:
     def at_speed(self, speed: float) -> HostOverhead:
         """These terms on a host whose CPU runs ``speed`` times as fast as the one they were
         measured on: the CPU seconds (:data:`SPEED_FIELDS`) divided by ``speed``; the GPU-side
-        terms (``gpu_scale``, the eager and tail terms) and the launch spread unchanged."""
+        terms (``gpu_scale``, the launch's tail) and the launch spread unchanged."""
         check_host_speed(speed)
         if speed == 1.0:
             return self
@@ -77,8 +79,10 @@ class HostOverhead:
         return replace(self, source=f"{self.source} at host speed {speed:g}", **scaled)
 
 
-SPEED_FIELDS = ("step_s", "seq_s", "frontend_s", "launch_layer_s", "launch_moe_layer_s", "output_seq_s")
-"""The terms that are the engine's CPU time, and so scale with the host's CPU speed."""
+SPEED_FIELDS = ("step_s", "seq_s", "frontend_s", "launch_layer_s", "launch_moe_layer_s", "output_seq_s",
+                "eager_layer_s", "eager_moe_layer_s")
+"""The terms that are the engine's CPU time, and so scale with the host's CPU speed (the eager
+terms since the twentieth session: the launch-bound wait inside a graph-less step)."""
 HOST_SPEED_RANGE = (0.1, 10.0)
 
 

@@ -51,8 +51,8 @@ def test_the_median_becomes_the_reference_and_cpu_terms_scale_with_it(
         new = read_host_terms(hostfile, kind)
         for name in SPEED_FIELDS:  # twice the probe time: twice the CPU seconds
             assert getattr(new, name) == pytest.approx(getattr(old, name) * new_ref / old_ref, rel=1e-3)
-        assert (new.gpu_scale, new.eager_layer_s, new.launch_tail_s) == (old.gpu_scale, old.eager_layer_s,
-                                                                          old.launch_tail_s)
+        assert (new.gpu_scale, new.launch_tail_s, new.launch_sigma) == (old.gpu_scale, old.launch_tail_s,
+                                                                         old.launch_sigma)
     written = hostfile.read_bytes()
     run([str(tmp_path / "runs"), "--write", "--yaml", str(hostfile)], monkeypatch)
     assert "unchanged" in capsys.readouterr().out
