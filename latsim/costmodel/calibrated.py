@@ -163,6 +163,16 @@ class CalibratedCostModel:
         total = total + (self._decode(d, float(x[DKV]), float(x[WDKV])) if d > 0 else 0.0)
         return float(total + self._fixed_s(x))
 
+    def attention_s(self, batch: BatchShape) -> float:
+        """The attention part of :meth:`step_time`: prefill attention over the step's chunks plus
+        decode attention over its decode rows (0.0 for an empty step).  The rest of the price is
+        the step's GEMMs, per-token operators and fixed costs."""
+        x = self._features(batch)
+        if x[T] <= 0:
+            return 0.0
+        d = batch.decode_seqs
+        return self._prefill(batch, x) + (self._decode(d, float(x[DKV]), float(x[WDKV])) if d > 0 else 0.0)
+
     def heavy_parts(self, batch: BatchShape) -> tuple[float, float, float]:
         """``(heavy seconds, full-clock ratio, capped ratio)`` of a step (:mod:`latsim.costmodel.power`):
         the seconds of its price the power data covers (its GEMMs and per-token operators when

@@ -84,3 +84,14 @@ def test_transferred_kind_says_lower_confidence(fitted_profile: Path) -> None:
     h200 = load_calibrated(load_model("llama-3.1-8b"), load_device("h200"), profile=fitted_profile)
     b = BatchShape(decode_seqs=16, decode_kv_tokens=16 * 1000)
     assert cm.step_time(b) > h200.step_time(b)  # H100 has less memory bandwidth
+
+
+def test_attention_is_the_part_of_the_price_that_moves_with_context(models: dict[str, CalibratedCostModel]) -> None:
+    cm = models["llama-3.1-8b"]
+    assert cm.attention_s(BatchShape()) == 0.0
+    shapes = [BatchShape.from_chunks([(2048, ctx)], [ctx + 500] * 16) for ctx in (0, 4096, 16384)]
+    attention = [cm.attention_s(s) for s in shapes]
+    rest = [cm.step_time(s) - a for s, a in zip(shapes, attention, strict=True)]
+    assert 0.0 < attention[0] < attention[1] < attention[2]
+    assert rest[0] == pytest.approx(rest[1]) == pytest.approx(rest[2])  # GEMMs and the rest do not see context
+    assert 0.0 < rest[0] < cm.step_time(shapes[0])

@@ -1,0 +1,206 @@
+"""The kernels of a profiled live engine beside the cost model's price of the same steps.
+
+Reads a folder of ``scripts/device_trace.py`` (``steps.csv``: one row per profiled engine step,
+its composition and its GPU kernels' busy time by class; ``timings.json``: the run's argv,
+engine configuration and the decoders' context) and prices every step with the engine's default
+cost model for the run's catalog model on an H200 (``graphless_steps.cost_model``), GPU side
+only: the inner model's step time x ``gpu_scale``, without the host and graph-less (eager)
+terms, which are not kernel time.  Heavy steps (prefill work, at least the power data's
+``heavy_tokens``) are priced at the profile's price and at the power cap's full-clock and capped
+ratios (:mod:`latsim.costmodel.power`), between which a live step falls.
+
+A step's shape is rebuilt from its row:
+
+* decode rows: each at the decoders' context, ``context_at_profile``'s mean when the scenario
+  recorded it, else the scenario's ``din`` plus a second of decoding at its quiet step time
+  (as ``graphless_steps.py`` does);
+* a prefill chunk (one prompt per step, the scenarios send their prompts one after another):
+  cached context = the prompt's tokens before it.  A chunk shorter than the step's prefill
+  budget ends its prompt (context ``in - chunk``); a full chunk follows the prompt's previous
+  chunk, or starts a prompt after a step that ended one.  The first full chunk of the profiled
+  window, whose predecessor is unseen, is left out (``unplaced``).
+
+Per scenario it prints the median over its steps of the measured busy time, attention and the
+rest (GEMMs, norms, activations, sampling, copies), the model's (attention = prefill +
+decode attention, :meth:`CalibratedCostModel.attention_s`), and their ratio; ``--csv`` writes
+one row per step.
+
+    python scripts/trace_vs_model.py data/traces/h200/llama-3.1-8b-mixed [--csv steps_vs_model.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from graphless_steps import cost_model
+
+from latsim.atomic import atomic_write_text
+from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.host import HostOverlapCostModel
+
+
+def decode_context(result: dict[str, Any]) -> int:
+    """The decoders' context (tokens) during a scenario's profiled steps (module docstring)."""
+    recorded = result.get("context_at_profile")
+    if recorded:
+        return round(statistics.fmean(float(c) for c in recorded))
+    sc = result["scenario"]
+    din = int(sc.get("din", sc.get("in", 0)))
+    quiet = float(result.get("decode_itl_quiet_ms", 0.0) or 0.0)
+    return din + (int(1000.0 / quiet) if quiet > 0 else 0)
+
+
+class ChunkPlacer:
+    """Cached context of each prefill chunk of a scenario whose prompts of ``prompt_tokens``
+    arrive one at a time (module docstring); ``None`` where it cannot be told."""
+
+    def __init__(self, prompt_tokens: int, budget: int) -> None:
+        self.prompt_tokens, self.budget = prompt_tokens, budget
+        self.next_ctx: int | None = None  # context of the next chunk; None: unknown
+
+    def place(self, chunk: int, decode_rows: int) -> int | None:
+        if chunk <= 0:
+            return None
+        if chunk >= self.prompt_tokens:  # the whole prompt in one step
+            self.next_ctx = 0
+            return 0
+        full = chunk + decode_rows >= self.budget
+        if not full:  # the last chunk of its prompt
+            self.next_ctx = 0
+            return self.prompt_tokens - chunk
+        ctx = self.next_ctx
+        self.next_ctx = None if ctx is None else ctx + chunk
+        return ctx
+
+    def idle(self) -> None:
+        """A step without a prefill: the next chunk starts a prompt."""
+        self.next_ctx = 0
+
+
+def model_row(cm: HostOverlapCostModel, shape: BatchShape) -> dict[str, float]:
+    """The model's GPU microseconds of ``shape``: total at the profile's price, at full clock
+    and capped, and its attention."""
+    inner = cm.inner
+    scale = cm.host.gpu_scale
+    total = inner.step_time(shape) * scale
+    cap = getattr(inner, "power", None)
+    light = cap is None or shape.prefill_tokens <= 0 or shape.num_tokens < cap.heavy_tokens
+    heavy, full, capped = (0.0, 1.0, 1.0) if light else inner.heavy_parts(shape)
+    heavy *= scale
+    attention = inner.attention_s(shape) * scale if hasattr(inner, "attention_s") else float("nan")
+    return {"model_us": 1e6 * total, "model_full_us": 1e6 * (total - heavy + heavy * full),
+            "model_capped_us": 1e6 * (total - heavy + heavy * capped), "model_attention_us": 1e6 * attention}
+
+
+def step_rows(folder: Path) -> list[dict[str, Any]]:
+    """One row per placed step: its composition, measured busy time and parts, and the model's."""
+    meta = json.loads((folder / "timings.json").read_text())
+    cm = cost_model(meta, 1.0)
+    budget = int(meta.get("engine_config", {}).get("max_num_batched_tokens") or 8192)
+    results = {r["scenario"]["label"]: r for r in meta["scenarios"]}
+    rows: list[dict[str, Any]] = []
+    with (folder / "steps.csv").open() as fh:
+        steps = list(csv.DictReader(fh))
+    placers: dict[str, ChunkPlacer] = {}
+    for step in steps:
+        label = step["scenario"]
+        result = results.get(label)
+        if result is None:
+            continue
+        sc = result["scenario"]
+        placer = placers.setdefault(label, ChunkPlacer(int(sc.get("in", 0)), budget))
+        chunk, decodes = int(step["prefill_tokens"]), int(step["decode_reqs"])
+        if int(step["prefill_reqs"]) > 1:
+            continue  # several prompts in one step: contexts unknown
+        ctx = placer.place(chunk, decodes)
+        if chunk <= 0:
+            placer.idle()
+        elif ctx is None:
+            rows.append({"scenario": label, "step": int(step["step"]), "unplaced": True})
+            continue
+        chunks = [(chunk, ctx)] if chunk > 0 else []
+        shape = BatchShape.from_chunks(chunks, [decode_context(result)] * decodes)
+        row: dict[str, Any] = {"scenario": label, "step": int(step["step"]), "unplaced": False,
+                               "prefill_tokens": chunk, "prefill_context": ctx if chunk > 0 else 0,
+                               "decode_reqs": decodes}
+        busy = float(step["gpu_busy_us"])
+        row.update({"gpu_busy_us": busy, "attention_us": float(step["attention_us"]),
+                    "rest_us": busy - float(step["attention_us"])})
+        row.update(model_row(cm, shape))
+        row["model_rest_us"] = row["model_us"] - row["model_attention_us"]
+        rows.append(row)
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario (and per step composition within it), medians of the placed steps."""
+    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        if not row["unplaced"]:
+            key = (row["scenario"], row["prefill_tokens"] > 0, row["decode_reqs"] > 0)
+            groups.setdefault(key, []).append(row)
+    out = []
+    for (label, has_prefill, has_decode), group in groups.items():
+        med = {k: statistics.median(r[k] for r in group)
+               for k in ("gpu_busy_us", "attention_us", "rest_us", "model_us", "model_full_us",
+                         "model_capped_us", "model_attention_us", "model_rest_us", "prefill_tokens",
+                         "decode_reqs")}
+        kind = "+".join(p for p, on in (("prefill", has_prefill), ("decode", has_decode)) if on)
+        out.append({"scenario": label, "steps": kind, "n": len(group), **med})
+    return out
+
+
+def format_summary(rows: list[dict[str, Any]], unplaced: int) -> str:
+    lines = [f"{'scenario':42} {'steps':15} {'n':>3} {'tokens':>6} {'busy':>8} {'model':>8} {'ratio':>6} "
+             f"{'full..capped':>13} {'attn':>8} {'model':>8} {'rest':>8} {'model':>8}"]
+    for r in rows:
+        ratio = r["model_us"] / r["gpu_busy_us"] if r["gpu_busy_us"] else float("nan")
+        span = f"{r['model_full_us'] / r['gpu_busy_us']:.3f}-{r['model_capped_us'] / r['gpu_busy_us']:.3f}"
+        tokens = int(r["prefill_tokens"] + r["decode_reqs"])
+        lines.append(f"{r['scenario'][:42]:42} {r['steps']:15} {r['n']:3d} {tokens:6d} "
+                     f"{r['gpu_busy_us'] / 1e3:8.2f} {r['model_us'] / 1e3:8.2f} {ratio:6.3f} {span:>13} "
+                     f"{r['attention_us'] / 1e3:8.2f} {r['model_attention_us'] / 1e3:8.2f} "
+                     f"{r['rest_us'] / 1e3:8.2f} {r['model_rest_us'] / 1e3:8.2f}")
+    lines.append("milliseconds of GPU kernels per step, medians; ratio = model / measured; "
+                 f"full..capped: the model's ratio at the power cap's two clocks; {unplaced} steps unplaced")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", type=Path, help="a device_trace.py output folder (steps.csv, timings.json)")
+    ap.add_argument("--csv", type=Path, help="write one row per step here")
+    args = ap.parse_args(argv)
+    for name in ("steps.csv", "timings.json"):
+        if not (args.folder / name).is_file():
+            print(f"error: {args.folder / name} not found (a scripts/device_trace.py folder holds steps.csv "
+                  "and timings.json)", file=sys.stderr)
+            return 2
+    try:
+        rows = step_rows(args.folder)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_summary(summary(rows), sum(1 for r in rows if r["unplaced"])))
+    if args.csv:
+        placed = [r for r in rows if not r["unplaced"]]
+        buf = io.StringIO()
+        if placed:
+            writer = csv.DictWriter(buf, fieldnames=list(placed[0]))
+            writer.writeheader()
+            writer.writerows(placed)
+        atomic_write_text(args.csv, buf.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

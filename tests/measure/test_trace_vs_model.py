@@ -1,0 +1,86 @@
+"""scripts/trace_vs_model.py: a profiled engine's steps rebuilt and priced by the cost model."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from latsim.costmodel.batch import BatchShape
+from tests.script_module import load_script
+
+tv = load_script(Path("trace_vs_model.py"))
+
+FIELDS = ("scenario", "step", "prefill_reqs", "prefill_tokens", "decode_reqs", "decode_tokens", "gpu_busy_us",
+          "attention_us")
+
+
+def test_chunks_are_placed_after_the_chunks_of_their_prompt() -> None:
+    placer = tv.ChunkPlacer(prompt_tokens=16384, budget=8192)
+    # the window opens on a full chunk whose predecessor is unseen: unknown until its prompt ends
+    got = [placer.place(chunk, 64) for chunk in (8128, 8128, 128, 8128, 8128, 128)]
+    assert got == [None, None, 16256, 0, 8128, 16256]
+
+
+def test_a_prompt_within_the_budget_is_one_chunk_at_context_zero() -> None:
+    placer = tv.ChunkPlacer(prompt_tokens=2048, budget=8192)
+    assert [placer.place(2048, 0), placer.place(2048, 0)] == [0, 0]
+    placer = tv.ChunkPlacer(prompt_tokens=512, budget=8192)
+    assert placer.place(512, 95) == 0
+
+
+def test_decode_context_prefers_the_recorded_one() -> None:
+    assert tv.decode_context({"context_at_profile": [800, 1000], "scenario": {"in": 512}}) == 900
+    assert tv.decode_context({"decode_itl_quiet_ms": 10.0, "scenario": {"din": 1024}}) == 1124
+    assert tv.decode_context({"scenario": {"in": 512}}) == 512
+
+
+def _folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    scenarios = [{"scenario": {"kind": "decode", "label": "decode:seqs=64,in=512", "seqs": 64, "in": 512},
+                  "context_at_profile": [700, 700]},
+                 {"scenario": {"kind": "chunked", "label": "chunked:in=16384,n=1,decodes=64,din=1024",
+                               "in": 16384, "n": 1, "decodes": 64, "din": 1024}, "decode_itl_quiet_ms": 10.0}]
+    meta = {"argv": ["scripts/device_trace.py", "--model", "llama-3.1-8b", "--engine-arg", "max_model_len=32768"],
+            "scenarios": scenarios, "engine_config": {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}}
+    (folder / "timings.json").write_text(json.dumps(meta))
+    steps = [("decode:seqs=64,in=512", 0, 0, 0, 64, 64, 6000.0, 2000.0),
+             ("chunked:in=16384,n=1,decodes=64,din=1024", 0, 1, 8128, 64, 64, 200000.0, 40000.0),
+             ("chunked:in=16384,n=1,decodes=64,din=1024", 1, 1, 8128, 64, 64, 210000.0, 60000.0),
+             ("chunked:in=16384,n=1,decodes=64,din=1024", 2, 1, 128, 64, 64, 9000.0, 4000.0)]
+    with (folder / "steps.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(FIELDS)
+        writer.writerows(steps)
+    return folder
+
+
+def test_steps_are_priced_as_the_model_prices_their_shape(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    rows = tv.step_rows(folder)
+    assert [r["unplaced"] for r in rows] == [False, True, True, False]
+    decode, last = rows[0], rows[3]
+    cm = tv.cost_model(json.loads((folder / "timings.json").read_text()), 1.0)
+    shape = BatchShape.from_chunks([], [700] * 64)
+    assert decode["model_us"] == pytest.approx(1e6 * cm.inner.step_time(shape) * cm.host.gpu_scale)
+    assert decode["model_full_us"] == decode["model_capped_us"] == decode["model_us"]  # a light step
+    assert 0.0 < decode["model_attention_us"] < decode["model_us"]
+    assert (last["prefill_context"], last["decode_reqs"]) == (16256, 64)
+    assert last["rest_us"] == pytest.approx(5000.0)
+    summary = tv.summary(rows)
+    assert {(s["scenario"][:6], s["steps"], s["n"]) for s in summary} == {("decode", "decode", 1),
+                                                                          ("chunke", "prefill+decode", 1)}
+
+
+def test_main_prints_a_table_writes_csv_and_refuses_a_folder_without_a_trace(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _folder(tmp_path)
+    assert tv.main([str(folder), "--csv", str(tmp_path / "out.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "decode:seqs=64,in=512" in out and "2 steps unplaced" in out
+    assert len(list(csv.DictReader((tmp_path / "out.csv").open()))) == 2
+    assert tv.main([str(tmp_path)]) == 2
+    assert "steps.csv not found" in capsys.readouterr().err
