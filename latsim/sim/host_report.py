@@ -16,7 +16,9 @@ reference host's:
 What the share counts: the per-step host terms (scheduling, input preparation and output
 processing, ``step_s + seq_s x sequences``).  The front-end latency (``frontend_s``, outside
 the step loop: TTFT only) is reported beside it, and graph-less launches by their count and
-CPU seconds; the re-simulations at other speeds include every CPU term.
+CPU seconds.  The Python-paced run of a graph-less step's kernels (``eager_layer_s`` per layer,
+CPU time) counts with that step's GPU seconds here, as it adds to them; the re-simulations at
+other speeds include every CPU term.
 """
 
 from __future__ import annotations
