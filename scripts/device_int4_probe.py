@@ -21,7 +21,10 @@ linear shapes:
 4. ``--warming SECONDS``: a whole bf16 layer (the four shapes in turn, as an engine's step runs
    them) back to back for ``SECONDS``, the 8B's at 8,160 rows, then after a cool-down the 70B's
    at 3,072: how far the capped level keeps falling as the chip warms past the 2.5 s of the
-   runs above; writes ``$OUT/warming_probe.json``.
+   runs above; writes ``$OUT/warming_probe.json``.  ``--warming-models A,B`` runs the layers of
+   those catalog models instead (shapes from the catalog, 8,160 rows), one after another with
+   the cool-down between: whether models of one class slow alike at the cap (twentieth session:
+   Qwen2.5-7B's live clock at the cap read 2-3 % above Mistral-7B's).
 
 Writes ``$OUT/int4_probe.json``; from the repository root on the GPU machine with vLLM
 importable (``scripts/device_fidelity.sh int4``).
@@ -170,13 +173,28 @@ def layer_fn(ctx: Any, shapes: dict[str, tuple[int, int]], m: int) -> Any:
     return fn
 
 
-def warming(ctx: Any, seconds: float, cool_s: float = 20.0) -> list[dict[str, Any]]:
-    """A bf16 layer of the 8B (8,160 rows) and of the 70B (3,072 rows) sustained for ``seconds``
-    each, ``cool_s`` idle between; call ``j`` of a run is shape ``j % 4`` (qkv, o, gate_up, down)."""
+def catalog_shapes(name: str) -> dict[str, tuple[int, int]]:
+    """``{qkv, o, gate_up, down: (K, N)}`` of a dense catalog model's linear layers at TP=1."""
+    from latsim.catalog import load_model
+
+    spec = load_model(name)
+    h, q = spec.hidden_size, spec.num_heads * spec.head_dim
+    kv = 2 * spec.num_kv_heads * spec.head_dim
+    return {"qkv": (h, q + kv), "o": (q, h), "gate_up": (h, 2 * spec.intermediate_size),
+            "down": (spec.intermediate_size, h)}
+
+
+def warming(ctx: Any, seconds: float, cool_s: float = 20.0,
+            models: list[str] | None = None) -> list[dict[str, Any]]:
+    """A bf16 layer of the 8B (8,160 rows) and of the 70B (3,072 rows), or of each of ``models``
+    (8,160 rows), sustained for ``seconds`` each, ``cool_s`` idle between; call ``j`` of a run is
+    shape ``j % 4`` (qkv, o, gate_up, down)."""
     import time
 
-    rows = []
-    for model, shapes, m in (("llama-3.1-8b", SHAPES_8B, 8160), ("llama-3.1-70b", SHAPES, 3072)):
+    runs = ([(name, catalog_shapes(name), 8160) for name in models] if models else
+            [("llama-3.1-8b", SHAPES_8B, 8160), ("llama-3.1-70b", SHAPES, 3072)])
+    rows: list[dict[str, Any]] = []
+    for model, shapes, m in runs:
         if rows:
             time.sleep(cool_s)
         r = sustained(ctx, layer_fn(ctx, shapes, m), seconds)
@@ -216,10 +234,12 @@ def main() -> None:
     p.add_argument("--dtypes", default="int4,fp8", choices=["int4,fp8", "bf16"],
                    help="with --all-shapes: the quantized kernels (default) or bf16")
     p.add_argument("--warming", type=float, metavar="SECONDS", help="only the long bf16 layer runs")
+    p.add_argument("--warming-models", type=lambda v: [x for x in v.split(",") if x],
+                   help="with --warming: these catalog models' layers (comma-separated) instead")
     args = p.parse_args()
     ctx = make_context("cuda")
     if args.warming:
-        _write(ctx, args.out, "warming_probe.json", rows=warming(ctx, args.warming))
+        _write(ctx, args.out, "warming_probe.json", rows=warming(ctx, args.warming, models=args.warming_models))
     elif args.all_shapes and args.dtypes == "bf16":
         _write(ctx, args.out, "shapes_probe_bf16.json", rows=all_shapes_bf16(ctx, args.seconds))
     elif args.all_shapes:

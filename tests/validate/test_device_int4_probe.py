@@ -18,3 +18,9 @@ def test_a_probe_file_names_the_gpu_first_and_leaves_no_temporary(tmp_path: Path
     assert list(json.loads(text)) == ["gpu", "rows", "group_size"]
     assert json.loads(text)["gpu"] == "NVIDIA H200" and json.loads(text)["rows"] == [{"M": 3072}]
     assert [p.name for p in tmp_path.iterdir()] == ["warming_probe.json"]
+
+
+def test_catalog_shapes_are_the_linear_layers_at_tp1() -> None:
+    assert probe.catalog_shapes("llama-3.1-8b") == probe.SHAPES_8B
+    qwen = probe.catalog_shapes("qwen2.5-7b")  # 28 query heads and 4 KV heads of 128, MLP 18,944
+    assert qwen == {"qkv": (3584, 4608), "o": (3584, 3584), "gate_up": (3584, 37888), "down": (18944, 3584)}
