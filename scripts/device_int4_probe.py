@@ -173,15 +173,18 @@ def layer_fn(ctx: Any, shapes: dict[str, tuple[int, int]], m: int) -> Any:
     return fn
 
 
-def catalog_shapes(name: str) -> dict[str, tuple[int, int]]:
-    """``{qkv, o, gate_up, down: (K, N)}`` of a dense catalog model's linear layers at TP=1."""
-    from latsim.catalog import load_model
+CATALOG = Path(__file__).resolve().parents[1] / "latsim" / "data" / "catalog" / "models"
 
-    spec = load_model(name)
-    h, q = spec.hidden_size, spec.num_heads * spec.head_dim
-    kv = 2 * spec.num_kv_heads * spec.head_dim
-    return {"qkv": (h, q + kv), "o": (q, h), "gate_up": (h, 2 * spec.intermediate_size),
-            "down": (spec.intermediate_size, h)}
+
+def catalog_shapes(name: str) -> dict[str, tuple[int, int]]:
+    """``{qkv, o, gate_up, down: (K, N)}`` of a dense catalog model's linear layers at TP=1, read
+    from its Hugging Face config (``latsim/data/catalog/models/NAME.json``) directly: the GPU
+    machine runs this without latsim's dependencies (no pydantic for the catalog's loader)."""
+    cfg = json.loads((CATALOG / f"{name}.json").read_text())
+    h, heads, inter = cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
+    head_dim = cfg.get("head_dim") or h // heads
+    q, kv = heads * head_dim, 2 * cfg.get("num_key_value_heads", heads) * head_dim
+    return {"qkv": (h, q + kv), "o": (q, h), "gate_up": (h, 2 * inter), "down": (inter, h)}
 
 
 def warming(ctx: Any, seconds: float, cool_s: float = 20.0,

@@ -24,3 +24,5 @@ def test_catalog_shapes_are_the_linear_layers_at_tp1() -> None:
     assert probe.catalog_shapes("llama-3.1-8b") == probe.SHAPES_8B
     qwen = probe.catalog_shapes("qwen2.5-7b")  # 28 query heads and 4 KV heads of 128, MLP 18,944
     assert qwen == {"qkv": (3584, 4608), "o": (3584, 3584), "gate_up": (3584, 37888), "down": (18944, 3584)}
+    phi3 = probe.catalog_shapes("phi-3-mini")  # MHA: 32 KV heads of 96
+    assert phi3["qkv"] == (3072, 3 * 3072)
