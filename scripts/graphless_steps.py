@@ -88,8 +88,8 @@ def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any
     context = sc["din"] + (int(1000.0 / quiet) if decodes else 0)
     shape = BatchShape.from_chunks([(prompt, 0)], [context] * decodes)
     gpu, host = cm.parts(shape)
-    graphless = cm._graph_tokens is not None and shape.num_tokens > cm._graph_tokens
-    eager = cm._eager_s if graphless else 0.0
+    eager = cm.eager_s(shape)
+    graphless = eager > 0.0 or cm.launch_s(shape) > 0.0
     launch = cm.launch_s(shape)
     tail = cm.launch_tail_s if launch > 0 else 0.0
     parts = [p for p in (cycle_parts(x) for x in res["prompts"]) if p is not None]

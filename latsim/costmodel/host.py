@@ -162,6 +162,13 @@ class HostOverlapCostModel:
         heavy, full, capped = self.inner.heavy_parts(batch)  # type: ignore[attr-defined]
         return heavy * self._scale, full, capped
 
+    def eager_s(self, batch: BatchShape) -> float:
+        """The CPU-paced seconds inside ``batch``'s GPU time (:meth:`parts`): the eager terms of a
+        step run without CUDA graphs, 0.0 for a graph step or an empty one."""
+        if self._graph_tokens is None or batch.num_tokens <= self._graph_tokens or batch.num_tokens <= 0:
+            return 0.0
+        return self._eager_s
+
     def parts(self, batch: BatchShape) -> tuple[float, float]:
         """``(GPU seconds, host seconds)`` of one step: :meth:`step_time` is their ``max`` when
         asynchronous, their sum when not (``(0.0, 0.0)`` for an empty step)."""

@@ -14,11 +14,12 @@ reference host's:
   prediction's own speed.
 
 What the share counts: the per-step host terms (scheduling, input preparation and output
-processing, ``step_s + seq_s x sequences``).  The front-end latency (``frontend_s``, outside
-the step loop: TTFT only) is reported beside it, and graph-less launches by their count and
-CPU seconds.  The Python-paced run of a graph-less step's kernels (``eager_layer_s`` per layer,
-CPU time) counts with that step's GPU seconds here, as it adds to them; the re-simulations at
-other speeds include every CPU term.
+processing, ``step_s + seq_s x sequences``) and the Python-paced run of a graph-less step's
+kernels (``eager_layer_s`` per layer: CPU time inside the step's GPU time,
+:meth:`~latsim.costmodel.host.HostOverlapCostModel.eager_s`).  The front-end latency
+(``frontend_s``, outside the step loop: TTFT only) is reported beside it, and graph-less
+launches by their count and CPU seconds; the re-simulations at other speeds include every CPU
+term.
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ from latsim.sim.simulate import default_cost_model, simulate
 class HostShare:
     """The CPU's part of a run's step time (fractions in [0, 1]).
 
-    ``cpu_set_share``: step time of the steps whose length the CPU sets (asynchronous: host
-    seconds > GPU seconds; synchronous: the host seconds of every step, which add to the GPU's)
-    over all step time.  ``cpu_excess_share``: the step time an infinitely fast CPU would
-    remove (asynchronous: ``max(0, host - gpu)`` summed; synchronous: the host seconds).
-    ``host_bound_steps``: fraction of steps with host seconds > GPU seconds.
+    ``cpu_set_share``: step time the CPU sets (asynchronous: the whole of each step whose host
+    seconds exceed its GPU seconds, and the eager seconds of the others; synchronous: the host
+    and eager seconds of every step, which add to the kernels') over all step time.
+    ``cpu_excess_share``: the step time an infinitely fast CPU would remove (each step's time
+    less its kernels' time, ``gpu - eager``).  ``host_bound_steps``: fraction of steps with host
+    seconds > GPU seconds.  ``eager_s``: the eager seconds summed.
     """
 
     steps: int
@@ -58,29 +60,36 @@ class HostShare:
     frontend_s: float = 0.0
     launches: int = 0
     launch_s: float = 0.0
+    eager_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def share_from_parts(gpu_s: npt.ArrayLike, host_s: npt.ArrayLike, asynchronous: bool) -> HostShare:
-    """:class:`HostShare` of steps with these GPU and host seconds (equal-length, >= 0)."""
+def share_from_parts(gpu_s: npt.ArrayLike, host_s: npt.ArrayLike, asynchronous: bool,
+                     eager_s: npt.ArrayLike | None = None) -> HostShare:
+    """:class:`HostShare` of steps with these GPU and host seconds (equal-length, >= 0), of which
+    ``eager_s`` (default none) are CPU-paced seconds inside the GPU seconds (at most them)."""
     gpu, host = np.asarray(gpu_s, dtype=np.float64), np.asarray(host_s, dtype=np.float64)
-    if gpu.shape != host.shape or gpu.ndim != 1:
-        raise ValueError(f"gpu_s and host_s must be 1-D and of equal length, got {gpu.shape} and {host.shape}")
-    if np.any(gpu < 0) or np.any(host < 0) or not (np.all(np.isfinite(gpu)) and np.all(np.isfinite(host))):
-        raise ValueError("gpu_s and host_s must be finite and >= 0")
+    eager = np.zeros_like(gpu) if eager_s is None else np.asarray(eager_s, dtype=np.float64)
+    if gpu.shape != host.shape or gpu.shape != eager.shape or gpu.ndim != 1:
+        raise ValueError(f"gpu_s, host_s and eager_s must be 1-D and of equal length, got {gpu.shape}, "
+                         f"{host.shape} and {eager.shape}")
+    parts = (gpu, host, eager)
+    if any(np.any(x < 0) for x in parts) or not all(np.all(np.isfinite(x)) for x in parts):
+        raise ValueError("gpu_s, host_s and eager_s must be finite and >= 0")
+    if np.any(eager > gpu):
+        raise ValueError("eager_s must not exceed gpu_s (it is part of the GPU seconds)")
     bound = host > gpu
     step = np.maximum(gpu, host) if asynchronous else gpu + host
     total = float(step.sum())
-    if asynchronous:
-        cpu_set, excess = float(step[bound].sum()), float((host - gpu)[bound].sum())
-    else:
-        cpu_set = excess = float(host.sum())
+    excess = float((step - (gpu - eager)).sum())
+    cpu_set = float(step[bound].sum() + eager[~bound].sum()) if asynchronous else float((host + eager).sum())
     frac = (lambda x: x / total) if total > 0 else (lambda x: 0.0)
     return HostShare(steps=int(gpu.size), step_s=total, gpu_s=float(gpu.sum()), host_s=float(host.sum()),
                      cpu_set_share=frac(cpu_set), cpu_excess_share=frac(excess),
-                     host_bound_steps=float(bound.mean()) if gpu.size else 0.0, asynchronous=asynchronous)
+                     host_bound_steps=float(bound.mean()) if gpu.size else 0.0, asynchronous=asynchronous,
+                     eager_s=float(eager.sum()))
 
 
 class _Tally:
@@ -93,6 +102,7 @@ class _Tally:
                                                                    inner.launch_sigma)
         self.gpu: list[float] = []
         self.host: list[float] = []
+        self.eager: list[float] = []
         self.launches: list[float] = []
 
     def step_time(self, batch: BatchShape) -> float:
@@ -100,6 +110,7 @@ class _Tally:
         if gpu > 0.0:
             self.gpu.append(gpu)
             self.host.append(host)
+            self.eager.append(self.inner.eager_s(batch))
         return self.inner.step_time(batch)
 
     def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
@@ -132,7 +143,7 @@ def host_share(deployment: Any, trace: Any, *, seed: int = 0) -> HostShare:
     """
     tally = _Tally(_cost_model(deployment))
     simulate(deployment, trace, seed=seed, cost_model=tally, fast_forward=False)
-    share = share_from_parts(tally.gpu, tally.host, tally.inner.asynchronous)
+    share = share_from_parts(tally.gpu, tally.host, tally.inner.asynchronous, tally.eager)
     return replace(share, frontend_s=tally.frontend_s, launches=len(tally.launches),
                    launch_s=float(sum(tally.launches)))
 

@@ -31,6 +31,27 @@ def test_share_of_synchronous_steps_is_the_host_seconds() -> None:
     assert s.step_s == 5.5 and s.cpu_set_share == s.cpu_excess_share == pytest.approx(2.5 / 5.5)
 
 
+def test_eager_seconds_are_set_by_the_cpu_though_they_sit_in_the_gpu_time() -> None:
+    # step 1 kernel-bound with 0.4 s of eager launches inside its 1.0 GPU seconds; step 2 host-bound
+    s = share_from_parts([1.0, 1.0], [0.5, 2.0], asynchronous=True, eager_s=[0.4, 0.0])
+    assert s.step_s == 3.0 and s.eager_s == pytest.approx(0.4)
+    assert s.cpu_set_share == pytest.approx((0.4 + 2.0) / 3.0)
+    assert s.cpu_excess_share == pytest.approx((0.4 + 1.0) / 3.0)  # left: the kernels, 0.6 + 1.0
+    sync = share_from_parts([1.0, 1.0], [0.5, 2.0], asynchronous=False, eager_s=[0.4, 0.0])
+    assert sync.cpu_set_share == sync.cpu_excess_share == pytest.approx((0.5 + 2.0 + 0.4) / 4.5)
+    with pytest.raises(ValueError, match="must not exceed gpu_s"):
+        share_from_parts([1.0], [0.5], asynchronous=True, eager_s=[1.5])
+
+
+def test_eager_seconds_of_a_step_are_those_of_graph_less_steps_only() -> None:
+    cm = build_cost_model(load_model("llama-3.1-8b"), load_device("h200"), graph_tokens=512)
+    assert isinstance(cm, HostOverlapCostModel)
+    graph, eager = BatchShape.from_chunks([], [900] * 64), BatchShape.from_chunks([(2000, 0)], [900] * 4)
+    assert cm.eager_s(graph) == 0.0 and cm.eager_s(BatchShape()) == 0.0
+    assert cm.eager_s(eager) == pytest.approx(cm.host.eager_layer_s * load_model("llama-3.1-8b").num_layers)
+    assert cm.eager_s(eager) < cm.parts(eager)[0]
+
+
 @pytest.mark.parametrize(("gpu", "host", "needle"), [
     ([1.0, 2.0], [1.0], "equal length"),
     ([1.0], [-1.0], ">= 0"),
