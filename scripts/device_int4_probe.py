@@ -17,7 +17,8 @@ linear shapes:
    (2,048 and 3,072 rows, the fp8 grid's largest), so that each class's capped ratio is not
    gate_up's alone; writes ``$OUT/shapes_probe.json``.  ``--dtypes bf16`` does the same for
    torch's bf16 GEMM on Llama-3.1-8B's four shapes (2,048 and 8,160 rows) and the 70B's (2,048
-   and 3,072: the bf16 grid's largest there); writes ``$OUT/shapes_probe_bf16.json``.
+   and 3,072: the bf16 grid's largest there), or with ``--models A,B`` those catalog models'
+   shapes at 2,048 and 8,160 rows; writes ``$OUT/shapes_probe_bf16.json``.
 4. ``--warming SECONDS``: a whole bf16 layer (the four shapes in turn, as an engine's step runs
    them) back to back for ``SECONDS``, the 8B's at 8,160 rows, then after a cool-down the 70B's
    at 3,072: how far the capped level keeps falling as the chip warms past the 2.5 s of the
@@ -150,10 +151,12 @@ def all_shapes(ctx: Any, seconds: float) -> list[dict[str, Any]]:
     return rows
 
 
-def all_shapes_bf16(ctx: Any, seconds: float) -> list[dict[str, Any]]:
-    """Sustained runs of torch's bf16 GEMM on the 8B's and the 70B's four shapes."""
+def all_shapes_bf16(ctx: Any, seconds: float, models: list[str] | None = None) -> list[dict[str, Any]]:
+    """Sustained runs of torch's bf16 GEMM on the 8B's and the 70B's four shapes, or on those of
+    each of ``models`` (catalog names; 2,048 and 8,160 rows)."""
+    plan = {name: (catalog_shapes(name), (2048, 8160)) for name in models} if models else BF16_ROWS
     rows = []
-    for model, (shapes, ms) in BF16_ROWS.items():
+    for model, (shapes, ms) in plan.items():
         for name, (k, n) in shapes.items():
             for m in ms:
                 r = sustained(ctx, _gemm(ctx, "bf16", k, n, m), seconds)
@@ -239,12 +242,14 @@ def main() -> None:
     p.add_argument("--warming", type=float, metavar="SECONDS", help="only the long bf16 layer runs")
     p.add_argument("--warming-models", type=lambda v: [x for x in v.split(",") if x],
                    help="with --warming: these catalog models' layers (comma-separated) instead")
+    p.add_argument("--models", type=lambda v: [x for x in v.split(",") if x],
+                   help="with --all-shapes --dtypes bf16: these catalog models' shapes (comma-separated) instead")
     args = p.parse_args()
     ctx = make_context("cuda")
     if args.warming:
         _write(ctx, args.out, "warming_probe.json", rows=warming(ctx, args.warming, models=args.warming_models))
     elif args.all_shapes and args.dtypes == "bf16":
-        _write(ctx, args.out, "shapes_probe_bf16.json", rows=all_shapes_bf16(ctx, args.seconds))
+        _write(ctx, args.out, "shapes_probe_bf16.json", rows=all_shapes_bf16(ctx, args.seconds, args.models))
     elif args.all_shapes:
         _write(ctx, args.out, "shapes_probe.json", group_size=INT4_GROUP, rows=all_shapes(ctx, args.seconds))
     elif args.dummy_weights:
