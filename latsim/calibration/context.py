@@ -13,7 +13,16 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from latsim.calibration.timing import BACKENDS, GRAPH_MAX_ROWS, OP_TIMINGS, CpuTimer, CudaTimer, GraphTimer
+from latsim.calibration.timing import (
+    BACKENDS,
+    GRAPH_MAX_ROWS,
+    HEAVY_TIMINGS,
+    OP_TIMINGS,
+    CoolTimer,
+    CpuTimer,
+    CudaTimer,
+    GraphTimer,
+)
 
 H200_L2_BYTES = 60 * 2**20
 CPU_CACHE_BYTES = 4 * 2**20
@@ -36,7 +45,8 @@ class BenchContext:
     the per-token operators (GEMMs, memory-bound ops, MoE layers) of graph-sized steps
     (:meth:`op_timer_for`), which vLLM replays from CUDA graphs
     (:class:`~latsim.calibration.timing.GraphTimer`; the same as ``timer`` when the run asks for
-    events, and on the CPU)."""
+    events, and on the CPU); ``heavy_timer`` those of larger steps (``timer``, or
+    :class:`~latsim.calibration.timing.CoolTimer` when the run asks for the full clock)."""
 
     torch: Any
     backend: str
@@ -46,10 +56,13 @@ class BenchContext:
     cache: dict[str, Any] = field(default_factory=dict)
     probes: dict[str, Any] = field(default_factory=dict)
     op_timer: Any = None
+    heavy_timer: Any = None
 
     def __post_init__(self) -> None:
         if self.op_timer is None:
             self.op_timer = self.timer
+        if self.heavy_timer is None:
+            self.heavy_timer = self.timer
 
     @property
     def device(self) -> str:
@@ -69,9 +82,9 @@ class BenchContext:
 
     def op_timer_for(self, rows: int) -> Any:
         """The timer of a per-token operator over ``rows`` tokens: ``op_timer`` for the steps vLLM
-        replays from CUDA graphs (at most ``GRAPH_MAX_ROWS``), ``timer`` for the larger ones it runs
-        without."""
-        return self.op_timer if rows <= GRAPH_MAX_ROWS else self.timer
+        replays from CUDA graphs (at most ``GRAPH_MAX_ROWS``), ``heavy_timer`` for the larger ones
+        it runs without."""
+        return self.op_timer if rows <= GRAPH_MAX_ROWS else self.heavy_timer
 
     def clear(self) -> None:
         """Drop cached buffers and return freed memory to the device."""
@@ -84,13 +97,17 @@ class BenchContext:
             self.torch.cuda.synchronize()
 
 
-def make_context(backend: str, op_timing: str = "graph") -> BenchContext:
+def make_context(backend: str, op_timing: str = "graph", heavy_timing: str = "burst") -> BenchContext:
     """A context for ``backend`` (``cuda`` or ``cpu``) whose per-token operators are timed by
-    ``op_timing`` (``graph`` or ``events``; the CPU has one timer); ValueError if it cannot run here."""
+    ``op_timing`` (``graph`` or ``events``) up to ``GRAPH_MAX_ROWS`` rows and by ``heavy_timing``
+    (``burst`` or ``cool``, :data:`~latsim.calibration.timing.HEAVY_TIMINGS`) above (the CPU has
+    one timer); ValueError if it cannot run here."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not supported; accepted: {', '.join(BACKENDS)}")
     if op_timing not in OP_TIMINGS:
         raise ValueError(f"op_timing={op_timing!r} is not supported; accepted: {', '.join(OP_TIMINGS)}")
+    if heavy_timing not in HEAVY_TIMINGS:
+        raise ValueError(f"heavy_timing={heavy_timing!r} is not supported; accepted: {', '.join(HEAVY_TIMINGS)}")
     torch = import_torch()
     if backend == "cuda":
         if not torch.cuda.is_available():
@@ -102,7 +119,8 @@ def make_context(backend: str, op_timing: str = "graph") -> BenchContext:
         torch.backends.cuda.matmul.allow_tf32 = True
         events = CudaTimer(torch)
         ops = GraphTimer(torch) if op_timing == "graph" else events
-        return BenchContext(torch, backend, events, l2, gen, op_timer=ops)
+        heavy = CoolTimer(torch) if heavy_timing == "cool" else events
+        return BenchContext(torch, backend, events, l2, gen, op_timer=ops, heavy_timer=heavy)
     gen = torch.Generator()
     gen.manual_seed(SEED)
     return BenchContext(torch, backend, CpuTimer(), CPU_CACHE_BYTES, gen)

@@ -22,7 +22,7 @@ from rich.console import Console
 from latsim.calibration.grid import FAMILIES
 from latsim.calibration.progress import RunDisplay, timing_table
 from latsim.calibration.runner import RunRequest, run_calibration
-from latsim.calibration.timing import OP_TIMINGS
+from latsim.calibration.timing import HEAVY_TIMINGS, OP_TIMINGS
 
 CAPS_S = {"quick": 80.0, "full": 330.0, "shapes": 150.0, "wide": 90.0, "msteps": 150.0, "paged": 170.0,
           "paged-prefill": 240.0, "msteps-high": 120.0, "w4a16": 200.0, "w4-steps": 120.0, "fp8-kv": 150.0,
@@ -40,6 +40,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--op-timing", default="graph", choices=OP_TIMINGS,
                     help="GEMMs, memory ops and MoE layers: replayed in CUDA graphs (as vLLM runs them) or one call at "
                          "a time between events")
+    ap.add_argument("--heavy-timing", default="burst", choices=HEAVY_TIMINGS,
+                    help="the same operators above the CUDA-graph size: right after the point before (burst) or "
+                         "at the full clock after an idle pause, inside its budget (cool)")
     ap.add_argument("--families", default=",".join(FAMILIES),
                     help=f"comma-separated families to run (of {','.join(FAMILIES)})")
     args = ap.parse_args(argv)
@@ -55,7 +58,7 @@ def _run_grid(grid: str, args: argparse.Namespace, console: Console) -> dict[str
     display = RunDisplay(console)
     req = RunRequest(out=folder, device=args.device if args.backend == "cuda" else "cpu", grid=grid,
                      backend=args.backend, resume=True, max_seconds=CAPS_S[grid],
-                     families=args.families, op_timing=args.op_timing)
+                     families=args.families, op_timing=args.op_timing, heavy_timing=args.heavy_timing)
     try:
         profile = run_calibration(req, on_point=display.on_point, on_start=display.on_start)
     finally:

@@ -53,6 +53,8 @@ class RunRequest:
     max_seconds: float | None = None
     op_timing: str = "graph"
     """How GEMMs, memory-bound ops and MoE layers are timed on a GPU (``timing.OP_TIMINGS``)."""
+    heavy_timing: str = "burst"
+    """How they are timed above the CUDA-graph size (``timing.HEAVY_TIMINGS``)."""
 
 
 @dataclass
@@ -81,7 +83,7 @@ def check_device(identity: dict[str, Any], req: RunRequest) -> None:
 def run_calibration(req: RunRequest, on_point: OnPoint | None = None,
                     on_start: Callable[[list[Point]], None] | None = None) -> dict[str, Any]:
     """Measure the grid into ``req.out``; returns the profile dict (also ``profile.json``)."""
-    ctx = make_context(req.backend, req.op_timing)
+    ctx = make_context(req.backend, req.op_timing, req.heavy_timing)
     identity = gpu_identity(ctx.torch, req.backend)
     check_device(identity, req)
     pts = [p for p in points(get_grid(req.grid)) if p.family in req.families]
@@ -195,5 +197,5 @@ def _profile(req: RunRequest, ctx: BenchContext, identity: dict[str, Any], clock
         "grid_hash": state.grid_hash, "grid_points": len(pts), "complete": complete, "counts": counts,
         "impl": impls, "duration_s": round(state.prior_s + time.perf_counter() - state.t0, 2),
         "family_seconds": {k: round(v, 2) for k, v in state.family_s.items()},
-        "timer": ctx.timer.name, "op_timer": ctx.op_timer.name,
+        "timer": ctx.timer.name, "op_timer": ctx.op_timer.name, "heavy_timer": ctx.heavy_timer.name,
     }

@@ -42,6 +42,16 @@ BACKENDS = ("cuda", "cpu")
 OP_TIMINGS = ("graph", "events")
 """How the per-token operators are timed on a GPU: replayed in CUDA graphs (as vLLM runs them) or
 one call at a time between events (how profiles before the eighteenth session were measured)."""
+HEAVY_TIMINGS = ("burst", "cool")
+"""How the per-token operators of steps too large for CUDA graphs (more than :data:`GRAPH_MAX_ROWS`
+rows) are timed on a GPU: ``burst``, between events right after the point before (every profile
+to the twentieth session: a long call's burst runs partly at the power cap's clock, by how much
+depending on the points before it, ``data/power/README.md``), or ``cool``, at the full clock
+(:class:`CoolTimer`), for a power model that applies the cap's clock ratio itself."""
+COOL_PAUSE_S = 0.25
+"""Idle seconds before a ``cool`` point: the H200's clock is back to full after 200 ms idle."""
+COOL_BUDGET_S = 0.03
+"""Seconds of work a ``cool`` point may run: inside the 30-50 ms the H200 holds its full clock for."""
 GRAPH_TARGET_S = 2e-3
 MIN_GRAPH_CALLS = 2
 MAX_GRAPH_CALLS = 32
@@ -155,6 +165,38 @@ class CudaTimer:
         torch.cuda.synchronize()
         est_gpu, est_host = estimate(torch, fn, s.warmup)
         reps = _reps(est_gpu, s)
+        gpu_sleep(torch, reps * est_host * 1.3)
+        return summarize(event_times(torch, reps, lambda i: fn(s.warmup + 3 + i)), self.name)
+
+
+class CoolTimer:
+    """CUDA-event timer at the GPU's full clock, for compute-bound calls the power cap slows.
+
+    Waits ``pause_s`` with the GPU idle (``pause``: the host's sleep), so the clock recovers from
+    the points before; then one warm-up call, the three of the estimate, and as many timed calls
+    as keep the point's work within ``budget_s`` (at least ``settings.min_reps``).  Same contract
+    as :class:`CudaTimer`; its :class:`Timing` names the method ``cuda-events-cool``.
+    """
+
+    name = "cuda-events-cool"
+
+    def __init__(self, torch: Any, settings: TimerSettings | None = None, *, pause_s: float = COOL_PAUSE_S,
+                 budget_s: float = COOL_BUDGET_S, pause: Callable[[float], None] = time.sleep) -> None:
+        self.torch = torch
+        self.settings = settings or TimerSettings(warmup=1, min_reps=3, max_reps=40, target_s=0.015)
+        self.pause_s, self.budget_s, self.pause = pause_s, budget_s, pause
+
+    def time(self, fn: Callable[[int], object]) -> Timing:
+        torch, s = self.torch, self.settings
+        torch.cuda.synchronize()
+        self.pause(self.pause_s)
+        for i in range(s.warmup):
+            fn(i)
+        est_gpu, est_host = estimate(torch, fn, s.warmup)
+        reps = _reps(est_gpu, s)
+        if est_gpu > 0:
+            room = int((self.budget_s - (s.warmup + 3) * est_gpu) // est_gpu)
+            reps = max(s.min_reps, min(reps, room))
         gpu_sleep(torch, reps * est_host * 1.3)
         return summarize(event_times(torch, reps, lambda i: fn(s.warmup + 3 + i)), self.name)
 

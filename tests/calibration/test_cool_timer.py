@@ -1,0 +1,79 @@
+"""The full-clock timer for steps too large for CUDA graphs, on a fake device that heats up."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from latsim.calibration.context import make_context
+from latsim.calibration.timing import COOL_BUDGET_S, HEAVY_TIMINGS, CoolTimer, CpuTimer, CudaTimer, TimerSettings
+
+CAPPED = 1.2
+"""The fake GPU's slowdown once its full-clock budget of work is spent (the H200's is about 1.17)."""
+
+
+class HotDevice:
+    """A device clock whose kernels slow by :data:`CAPPED` after ``budget_s`` of work since it
+    last idled (:meth:`idle`), as the H200 does at its power cap."""
+
+    def __init__(self, budget_s: float = 0.045) -> None:
+        self.now, self.work, self.budget_s = 0.0, 0.0, budget_s
+
+    def launch(self, cost_s: float) -> None:
+        took = cost_s * (CAPPED if self.work >= self.budget_s else 1.0)
+        self.now += took
+        self.work += took
+
+    def idle(self, seconds: float) -> None:
+        if seconds >= 0.2:
+            self.work = 0.0
+
+    def torch(self) -> Any:
+        dev = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = True) -> None:
+                self.t = 0.0
+
+            def record(self) -> None:
+                self.t = dev.now
+
+            def elapsed_time(self, end: Event) -> float:
+                return (end.t - self.t) * 1e3
+
+        return SimpleNamespace(cuda=SimpleNamespace(Event=Event, synchronize=lambda: None, _sleep=lambda c: None))
+
+
+def _kernel(dev: HotDevice, cost_s: float):
+    return lambda i: dev.launch(cost_s)
+
+
+def test_after_heavy_points_the_burst_timer_reads_the_capped_clock_and_the_cool_one_the_full() -> None:
+    dev = HotDevice()
+    for _ in range(30):  # the points before: 90 ms of heavy work
+        dev.launch(3e-3)
+    burst = CudaTimer(dev.torch(), TimerSettings(warmup=3, min_reps=5, max_reps=40, target_s=0.015))
+    assert burst.time(_kernel(dev, 3e-3)).median_s == pytest.approx(3e-3 * CAPPED)
+    cool = CoolTimer(dev.torch(), pause=dev.idle)
+    t = cool.time(_kernel(dev, 3e-3))
+    assert t.median_s == pytest.approx(3e-3) and t.method == "cuda-events-cool"
+
+
+@pytest.mark.parametrize(("cost_s", "reps"), [(1e-3, 15), (5e-3, 3), (20e-6, 40)])
+def test_a_cool_point_keeps_its_work_inside_the_budget(cost_s: float, reps: int) -> None:
+    dev = HotDevice()
+    pauses: list[float] = []
+    t = CoolTimer(dev.torch(), pause=lambda s: (pauses.append(s), dev.idle(s))).time(_kernel(dev, cost_s))
+    assert t.reps == reps and pauses == [0.25]
+    spent = (1 + 3 + t.reps) * cost_s
+    assert spent <= COOL_BUDGET_S or t.reps == 3  # only the minimum of timed calls may run past it
+
+
+def test_the_context_names_its_heavy_timer_and_refuses_an_unknown_one() -> None:
+    assert HEAVY_TIMINGS == ("burst", "cool")
+    ctx = make_context("cpu", heavy_timing="cool")  # the CPU has one timer
+    assert isinstance(ctx.heavy_timer, CpuTimer) and ctx.op_timer_for(4096) is ctx.heavy_timer
+    with pytest.raises(ValueError, match="heavy_timing='warm' is not supported; accepted: burst, cool"):
+        make_context("cpu", heavy_timing="warm")
