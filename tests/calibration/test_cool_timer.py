@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
 import pytest
 
 from latsim.calibration.context import make_context
 from latsim.calibration.timing import COOL_BUDGET_S, HEAVY_TIMINGS, CoolTimer, CpuTimer, CudaTimer, TimerSettings
+from tests.calibration.test_graph_timer import FakeDevice
 
 CAPPED = 1.2
 """The fake GPU's slowdown once its full-clock budget of work is spent (the H200's is about 1.17)."""
 
 
-class HotDevice:
-    """A device clock whose kernels slow by :data:`CAPPED` after ``budget_s`` of work since it
-    last idled (:meth:`idle`), as the H200 does at its power cap."""
+class HotDevice(FakeDevice):
+    """:class:`FakeDevice`'s clock, whose kernels slow by :data:`CAPPED` after ``budget_s`` of work
+    since it last idled (:meth:`idle`), as the H200 does at its power cap."""
 
     def __init__(self, budget_s: float = 0.045) -> None:
-        self.now, self.work, self.budget_s = 0.0, 0.0, budget_s
+        super().__init__()
+        self.work, self.budget_s = 0.0, budget_s
 
     def launch(self, cost_s: float) -> None:
         took = cost_s * (CAPPED if self.work >= self.budget_s else 1.0)
@@ -29,21 +28,6 @@ class HotDevice:
     def idle(self, seconds: float) -> None:
         if seconds >= 0.2:
             self.work = 0.0
-
-    def torch(self) -> Any:
-        dev = self
-
-        class Event:
-            def __init__(self, enable_timing: bool = True) -> None:
-                self.t = 0.0
-
-            def record(self) -> None:
-                self.t = dev.now
-
-            def elapsed_time(self, end: Event) -> float:
-                return (end.t - self.t) * 1e3
-
-        return SimpleNamespace(cuda=SimpleNamespace(Event=Event, synchronize=lambda: None, _sleep=lambda c: None))
 
 
 def _kernel(dev: HotDevice, cost_s: float):
