@@ -55,9 +55,13 @@ def test_a_cool_point_keeps_its_work_inside_the_budget(cost_s: float, reps: int)
     assert spent <= COOL_BUDGET_S or t.reps == 3  # only the minimum of timed calls may run past it
 
 
-def test_the_context_names_its_heavy_timer_and_refuses_an_unknown_one() -> None:
+def test_the_context_refuses_an_unknown_heavy_timing_before_it_needs_torch() -> None:
     assert HEAVY_TIMINGS == ("burst", "cool")
-    ctx = make_context("cpu", heavy_timing="cool")  # the CPU has one timer
-    assert isinstance(ctx.heavy_timer, CpuTimer) and ctx.op_timer_for(4096) is ctx.heavy_timer
     with pytest.raises(ValueError, match="heavy_timing='warm' is not supported; accepted: burst, cool"):
         make_context("cpu", heavy_timing="warm")
+
+
+def test_a_cpu_context_times_every_size_with_its_one_timer() -> None:
+    pytest.importorskip("torch")
+    ctx = make_context("cpu", heavy_timing="cool")
+    assert isinstance(ctx.heavy_timer, CpuTimer) and ctx.op_timer_for(4096) is ctx.heavy_timer
