@@ -88,9 +88,8 @@ def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any
     context = sc["din"] + (int(1000.0 / quiet) if decodes else 0)
     shape = BatchShape.from_chunks([(prompt, 0)], [context] * decodes)
     gpu, host = cm.parts(shape)
-    eager = cm.eager_s(shape)
-    graphless = eager > 0.0 or cm.launch_s(shape) > 0.0
-    launch = cm.launch_s(shape)
+    eager, launch = cm.eager_s(shape), cm.launch_s(shape)
+    graphless = eager > 0.0 or launch > 0.0
     tail = cm.launch_tail_s if launch > 0 else 0.0
     parts = [p for p in (cycle_parts(x) for x in res["prompts"]) if p is not None]
     row: dict[str, Any] = {

@@ -93,8 +93,7 @@ def model_row(cm: HostOverlapCostModel, shape: BatchShape) -> dict[str, float]:
     scale = cm.host.gpu_scale
     total = inner.step_time(shape) * scale
     cap = getattr(inner, "power", None)
-    light = cap is None or shape.prefill_tokens <= 0 or shape.num_tokens < cap.heavy_tokens
-    heavy, full, capped = (0.0, 1.0, 1.0) if light else inner.heavy_parts(shape)
+    heavy, full, capped = inner.heavy_parts(shape) if cap is not None and cap.is_heavy(shape) else (0.0, 1.0, 1.0)
     heavy *= scale
     attention = inner.attention_s(shape) * scale if hasattr(inner, "attention_s") else float("nan")
     return {"model_us": 1e6 * total, "model_full_us": 1e6 * (total - heavy + heavy * full),

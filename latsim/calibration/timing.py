@@ -164,12 +164,16 @@ class CudaTimer:
             fn(i)
         torch.cuda.synchronize()
         est_gpu, est_host = estimate(torch, fn, s.warmup)
-        reps = _reps(est_gpu, s)
+        reps = self._count(est_gpu)
         gpu_sleep(torch, reps * est_host * 1.3)
         return summarize(event_times(torch, reps, lambda i: fn(s.warmup + 3 + i)), self.name)
 
+    def _count(self, est_gpu: float) -> int:
+        """Timed calls for an operator of about ``est_gpu`` seconds a call."""
+        return _reps(est_gpu, self.settings)
 
-class CoolTimer:
+
+class CoolTimer(CudaTimer):
     """CUDA-event timer at the GPU's full clock, for compute-bound calls the power cap slows.
 
     Waits ``pause_s`` with the GPU idle (``pause``: the host's sleep), so the clock recovers from
@@ -182,23 +186,22 @@ class CoolTimer:
 
     def __init__(self, torch: Any, settings: TimerSettings | None = None, *, pause_s: float = COOL_PAUSE_S,
                  budget_s: float = COOL_BUDGET_S, pause: Callable[[float], None] = time.sleep) -> None:
-        self.torch = torch
-        self.settings = settings or TimerSettings(warmup=1, min_reps=3, max_reps=40, target_s=0.015)
+        super().__init__(torch, settings or TimerSettings(warmup=1, min_reps=3, max_reps=40, target_s=0.015))
         self.pause_s, self.budget_s, self.pause = pause_s, budget_s, pause
 
     def time(self, fn: Callable[[int], object]) -> Timing:
-        torch, s = self.torch, self.settings
-        torch.cuda.synchronize()
+        self.torch.cuda.synchronize()
         self.pause(self.pause_s)
-        for i in range(s.warmup):
-            fn(i)
-        est_gpu, est_host = estimate(torch, fn, s.warmup)
-        reps = _reps(est_gpu, s)
-        if est_gpu > 0:
-            room = int((self.budget_s - (s.warmup + 3) * est_gpu) // est_gpu)
-            reps = max(s.min_reps, min(reps, room))
-        gpu_sleep(torch, reps * est_host * 1.3)
-        return summarize(event_times(torch, reps, lambda i: fn(s.warmup + 3 + i)), self.name)
+        return super().time(fn)
+
+    def _count(self, est_gpu: float) -> int:
+        """:class:`CudaTimer`'s count, cut to the calls that fit the budget after the warm-up and
+        the estimate's three (never below ``min_reps``)."""
+        reps, s = super()._count(est_gpu), self.settings
+        if est_gpu <= 0:
+            return reps
+        room = int((self.budget_s - (s.warmup + 3) * est_gpu) // est_gpu)
+        return max(s.min_reps, min(reps, room))
 
 
 class GraphTimer:

@@ -165,7 +165,7 @@ class HostOverlapCostModel:
     def eager_s(self, batch: BatchShape) -> float:
         """The CPU-paced seconds inside ``batch``'s GPU time (:meth:`parts`): the eager terms of a
         step run without CUDA graphs, 0.0 for a graph step or an empty one."""
-        if self._graph_tokens is None or batch.num_tokens <= self._graph_tokens or batch.num_tokens <= 0:
+        if self._graph_tokens is None or batch.num_tokens <= self._graph_tokens:
             return 0.0
         return self._eager_s
 
@@ -175,9 +175,7 @@ class HostOverlapCostModel:
         gpu = self._inner_step(batch) * self._scale
         if gpu <= 0.0:
             return 0.0, 0.0
-        if self._graph_tokens is not None and batch.num_tokens > self._graph_tokens:
-            gpu += self._eager_s
-        return gpu, self._host_s(batch.num_seqs)
+        return gpu + self.eager_s(batch), self._host_s(batch.num_seqs)
 
     def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
         gpu = self.inner.decode_run(seqs, kv_tokens, steps) * self._scale

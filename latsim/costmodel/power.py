@@ -80,6 +80,11 @@ class PowerCap:
                              "0.5-2, budget_s in [0, 10), refill in (0, 100), heavy_tokens >= 1, GEMM classes "
                              f"{', '.join(GEMM_CLASSES)})")
 
+    def is_heavy(self, shape: Any) -> bool:
+        """Whether a step of ``shape`` (a :class:`~latsim.costmodel.batch.BatchShape`) is heavy:
+        prefill work and at least :attr:`heavy_tokens` tokens."""
+        return shape.prefill_tokens > 0 and shape.num_tokens >= self.heavy_tokens
+
     def ratios(self, gemm_class: str) -> tuple[float, float] | None:
         """``(full-clock ratio, capped ratio)`` of a GEMM class (``bf16`` or one of
         :data:`GEMM_CLASSES`), None when the power data does not cover it."""
@@ -122,7 +127,7 @@ class PowerClock:
         """The end of a step priced ``start`` to ``end`` once the GPU's clock is applied (``end``
         itself for a light step, or a cost model without power data)."""
         cap: PowerCap | None = getattr(cost, "power", None)
-        if cap is None or shape.prefill_tokens <= 0 or shape.num_tokens < cap.heavy_tokens:
+        if cap is None or not cap.is_heavy(shape):
             return end
         heavy, full_ratio, capped_ratio = cost.heavy_parts(shape)
         dur = end - start
