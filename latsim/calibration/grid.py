@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from latsim.calibration.timing import GRAPH_MAX_ROWS
+
 FAMILIES = ("overhead", "memory", "attention", "moe", "gemm", "comm")
 
 
@@ -195,8 +197,25 @@ WINDOW = replace(
 contexts from inside the window to 8 x past it, over :data:`WINDOW_SHAPES`: a check of the
 cost model's windowed pricing (context read capped at the window), not a fitted family."""
 
+def _bf16_above_graphs(grid: GridSpec, name: str, *gemm_m: tuple[int, ...]) -> GridSpec:
+    """``grid``'s bf16 GEMM shapes at the rows of ``gemm_m`` past :data:`GRAPH_MAX_ROWS`, nothing else."""
+    rows = tuple(sorted({m for ms in gemm_m for m in ms if m > GRAPH_MAX_ROWS}))
+    return replace(grid, name=name, gemm_m=rows, gemm_fp8_stride=0, gemm_int4_stride=0, gemm_bf16=True,
+                   prefill_configs=0, decode_configs=0, memory_widths=(), moe_stride=0, overhead_kernels=(),
+                   comm_world=(), fp8kv_configs=0)
+
+
+HEAVY_GEMM = _bf16_above_graphs(FULL, "heavy-gemm", FULL.gemm_m)
+"""The full grid's bf16 GEMMs of steps too large for CUDA graphs, to be timed at the full clock
+(``run_device --heavy-timing cool``) for the power model (``latsim.costmodel.power``): the burst
+timing they had heats the long calls partly into the power cap, by how much depending on the
+point (``data/power/README.md``)."""
+
+HEAVY_GEMM_STEPS = _bf16_above_graphs(MSTEPS_HIGH, "heavy-gemm-steps", MSTEPS.gemm_m, MSTEPS_HIGH.gemm_m)
+"""The same for the bf16 GEMMs of :data:`MSTEPS` and :data:`MSTEPS_HIGH` past 512 rows."""
+
 GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, PAGED_PREFILL, MSTEPS_HIGH, W4A16,
-                             W4_STEPS, FP8_KV, WINDOW)}
+                             W4_STEPS, FP8_KV, WINDOW, HEAVY_GEMM, HEAVY_GEMM_STEPS)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
              {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
@@ -369,8 +388,8 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
         from latsim.calibration.shapes import load_shapes
 
         named = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES, "wide": WIDE_SHAPES, "msteps": MSTEP_SHAPES,
-                 "msteps-high": MSTEP_SHAPES, "w4-steps": MSTEP_SHAPES, "fp8-kv": FP8_KV_SHAPES,
-                 "window": WINDOW_SHAPES}
+                 "msteps-high": MSTEP_SHAPES, "w4-steps": MSTEP_SHAPES, "heavy-gemm-steps": MSTEP_SHAPES,
+                 "fp8-kv": FP8_KV_SHAPES, "window": WINDOW_SHAPES}
         shapes = named.get(grid.name) or load_shapes()
         if grid.name in ("paged", "paged-prefill"):
             shapes = paged_shapes(shapes)

@@ -49,7 +49,12 @@ to the twentieth session: a long call's burst runs partly at the power cap's clo
 depending on the points before it, ``data/power/README.md``), or ``cool``, at the full clock
 (:class:`CoolTimer`), for a power model that applies the cap's clock ratio itself."""
 COOL_PAUSE_S = 0.25
-"""Idle seconds before a ``cool`` point: the H200's clock is back to full after 200 ms idle."""
+"""Longest idle before a ``cool`` point: the H200's clock is back to full after 200 ms idle."""
+COOL_IDLE_PER_BUSY = 6.0
+"""Idle seconds a ``cool`` point waits per second the GPU may have been busy since the last pause
+(at most :data:`COOL_PAUSE_S`): the H200's fitted power model refills 0.85 s of full-clock budget
+per idle second (``power.json``), so 1.2 x would do; 6 x keeps the duty cycle under 1/7, where
+the chip's slower warming stays out too."""
 COOL_BUDGET_S = 0.03
 """Seconds of work a ``cool`` point may run: inside the 30-50 ms the H200 holds its full clock for."""
 GRAPH_TARGET_S = 2e-3
@@ -176,23 +181,37 @@ class CudaTimer:
 class CoolTimer(CudaTimer):
     """CUDA-event timer at the GPU's full clock, for compute-bound calls the power cap slows.
 
-    Waits ``pause_s`` with the GPU idle (``pause``: the host's sleep), so the clock recovers from
-    the points before; then one warm-up call, the three of the estimate, and as many timed calls
-    as keep the point's work within ``budget_s`` (at least ``settings.min_reps``).  Same contract
-    as :class:`CudaTimer`; its :class:`Timing` names the method ``cuda-events-cool``.
+    Waits with the GPU idle (``pause``: the host's sleep; :meth:`idle_s`, at most ``pause_s``), so
+    the clock recovers from the points before; then one warm-up call, the three of the estimate,
+    and as many timed calls as keep the point's work within ``budget_s`` (at least
+    ``settings.min_reps``).  ``clock``: the host's wall clock.  Same contract as
+    :class:`CudaTimer`; its :class:`Timing` names the method ``cuda-events-cool``.
     """
 
     name = "cuda-events-cool"
 
     def __init__(self, torch: Any, settings: TimerSettings | None = None, *, pause_s: float = COOL_PAUSE_S,
-                 budget_s: float = COOL_BUDGET_S, pause: Callable[[float], None] = time.sleep) -> None:
+                 budget_s: float = COOL_BUDGET_S, pause: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         super().__init__(torch, settings or TimerSettings(warmup=1, min_reps=3, max_reps=40, target_s=0.015))
-        self.pause_s, self.budget_s, self.pause = pause_s, budget_s, pause
+        self.pause_s, self.budget_s, self.pause, self.clock = pause_s, budget_s, pause, clock
+        self.resumed_at: float | None = None
+        """When the last pause ended (None: no point timed yet)."""
 
     def time(self, fn: Callable[[int], object]) -> Timing:
         self.torch.cuda.synchronize()
-        self.pause(self.pause_s)
+        self.pause(self.idle_s())
+        self.resumed_at = self.clock()
         return super().time(fn)
+
+    def idle_s(self) -> float:
+        """The pause before the next point: :data:`COOL_IDLE_PER_BUSY` x the wall seconds since
+        the last pause ended (every second of them counted as GPU work, whoever ran it), at most
+        ``pause_s``; ``pause_s`` before the first point."""
+        if self.resumed_at is None:
+            return self.pause_s
+        busy = max(0.0, self.clock() - self.resumed_at)
+        return min(self.pause_s, COOL_IDLE_PER_BUSY * busy)
 
     def _count(self, est_gpu: float) -> int:
         """:class:`CudaTimer`'s count, cut to the calls that fit the budget after the warm-up and

@@ -116,3 +116,12 @@ def test_full_grid_times_the_quantized_kernels_too() -> None:
     assert (32, 8, 128) in {(a["hq"], a["hkv"], a["d"]) for a in fp8}
     steps = [p.kwargs for p in points(get_grid("w4-steps"))]
     assert {g["dtype"] for g in steps} == {"int4"} and {1, 128, 136, 520, 8192} <= {g["M"] for g in steps}
+
+
+def test_heavy_gemm_grids_are_the_bf16_gemms_past_the_graph_size_of_their_grids() -> None:
+    """The full-clock re-timing grids hold exactly the points of the full, msteps and msteps-high
+    grids that are bf16 GEMMs of more than 512 rows (so their rows replace those points' rows)."""
+    heavy = {p.id for name in ("heavy-gemm", "heavy-gemm-steps") for p in points(get_grid(name))}
+    source = {p.id for name in ("full", "msteps", "msteps-high") for p in points(get_grid(name))
+              if p.family == "gemm" and p.kwargs["dtype"] == "bf16" and p.kwargs["M"] > 512}
+    assert heavy == source and len(heavy) > 2000
