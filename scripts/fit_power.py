@@ -4,16 +4,13 @@
 
 What is fitted (the model: :mod:`latsim.costmodel.power`):
 
-- ``full_clock_ratio`` and ``capped_ratio``: a compute-bound kernel's time at full clock and at the
-  power cap, each over the profile's row for the same call.  Pairs: the 8B's gate_up GEMM of
-  8,160 rows and its 8,160-token FA3 chunks at contexts 0 and 16,320 (``prefill_probe.json``;
-  full clock: the calls in the first 30 ms of a sustained run after warm-up, capped: the median
-  of the sustained run, for the attention the chunk between its step's GEMMs), and from
-  ``power_probe.json.gz`` every run of a kernel the model covers (bf16 GEMMs of at least
-  ``HEAVY_TOKENS`` rows, the chunk at context 8,160; full clock: its first calls after the idle
-  pause, capped: its calls 0.5-1.0 s in).  The profile rows are read at the probe's
-  shapes (GEMM rows interpolated linearly in M; attention rows at 8,192 queries scaled by
-  query-key pairs).  The medians are kept.
+- ``full_clock_ratio`` and ``capped_ratio``: prefill attention's time at full clock and at the
+  power cap, each over the profile's row for the same call.  Pairs: the 8B's 8,160-token FA3
+  chunks at contexts 0 and 16,320 (``prefill_probe.json``; full clock: the calls in the first
+  30 ms of a sustained run after warm-up, capped: the chunk between its step's GEMMs) and at
+  context 8,160 (``power_probe.json.gz``; full clock: its first calls after the idle pause,
+  capped: its calls 0.5-1.0 s in).  The profile rows are read at the probe's shapes (attention
+  rows at 8,192 queries scaled by query-key pairs).  The medians are kept.
 - ``budget_s`` and ``refill``: the full-clock budget of heavy work and its refill per idle
   second.  Fitted by least squares on every call of the 8,160-row bf16 GEMM's runs in
   ``power_probe.json.gz`` (sustained from idle, and on/off duty cycles of 50/200, 100/100 and
@@ -22,13 +19,16 @@ What is fitted (the model: :mod:`latsim.costmodel.power`):
   slows it further, which the model leaves out); the model spends the budget call by call and
   refills it in the gaps.
 
-- ``gemms``: each quantized GEMM class's own two ratios.  Where ``shapes_probe.json.gz`` has the
-  class's sustained runs on all four of Llama-3.1-70B's linear shapes at one row count
-  (:func:`layer_ratios`), a ratio is the layer's: the four shapes' summed full-clock (capped)
-  time over their summed profile time, the median over row counts (and zero points); the shapes
-  weigh as much as they take of a layer, where a median over single-kernel pairs would let
-  gate_up's profile rows (timed hot at 2,048 rows) set the price of the small shapes too.  Without
-  that file, the median over the class's single-kernel pairs (:func:`quantized_pairs`).
+- ``gemms``: each GEMM class's own two ratios (``bf16``, ``fp8``, ``int4``).  Where the
+  ``shapes_probe*.json.gz`` files hold the class's sustained runs on all four linear shapes of a
+  model at one row count of at least ``HEAVY_TOKENS`` (:func:`layer_ratios`; quantized classes on
+  Llama-3.1-70B, bf16 on six catalog models), a ratio is the layer's: the four shapes' summed
+  full-clock (capped) time over their summed profile time (GEMM rows interpolated linearly in M),
+  the median over models, row counts (and zero points); the shapes weigh as much as they take of
+  a layer, where a median over single-kernel pairs would let gate_up's rows set the price of the
+  small shapes too.  Without such layers, the median over the class's single-kernel pairs
+  (:func:`quantized_pairs`; for bf16 the 8B's gate_up of ``prefill_probe.json`` and
+  ``power_probe.json.gz``, kept in ``power.json`` either way).
 
 Without ``--write`` it prints the fit; with it, writes ``<profile>/power.json`` (atomically)
 with the values, the pairs, the fit's residual and the sources' sha256.
@@ -54,6 +54,9 @@ CAPPED_WINDOW = (0.5, 1.0)
 """Seconds into a sustained run whose calls' median is its capped time by default (later the
 chip's warming slows it 2-3 % more: ``data/power/README.md``)."""
 BUDGETS_MS = tuple(range(5, 105, 5))
+SHAPE_FILES = ("", "_bf16", "_bf16_models")
+"""``shapes_probe<tail>.json.gz``: every layer's four GEMM shapes sustained from idle (quantized
+classes on Llama-3.1-70B; bf16 on the 8B and 70B, and on six catalog models)."""
 REFILLS = tuple(np.round(np.arange(0.05, 1.55, 0.05), 2))
 
 
@@ -160,30 +163,32 @@ def quantized_pairs(power: dict[str, Any], int4: dict[str, Any], gemm: pd.DataFr
     return out
 
 
-LAYER_SHAPES = ((8192, 10240), (8192, 8192), (8192, 57344), (28672, 8192))
-"""Llama-3.1-70B's qkv, o, gate_up and down GEMMs (K, N) at TP 1: one layer's linear layers."""
+LAYER = ("qkv", "o", "gate_up", "down")
+"""The linear layers of one transformer layer, as the probes name their shapes."""
+PROBED_70B = "Llama-3.1-70B"
+"""The model of a probe row that names none (``shapes_probe.json.gz``: the 70B's shapes at TP 1)."""
 
 
 def layer_ratios(shapes: dict[str, Any], gemm: pd.DataFrame,
                  window: tuple[float, float] = CAPPED_WINDOW) -> dict[str, list[dict[str, Any]]]:
-    """Per quantized GEMM class, one entry per (row count, zero points) whose sustained runs in
-    ``shapes`` (``shapes_probe.json.gz``) cover all of :data:`LAYER_SHAPES` within the profile's
-    rows: the summed profile, full-clock and capped milliseconds and their two ratios."""
-    groups: dict[tuple[str, int, bool], dict[tuple[int, int], dict[str, float]]] = {}
+    """Per GEMM class, one entry per (model, row count, zero points) whose sustained runs in
+    ``shapes`` (the ``shapes_probe*.json.gz`` files) cover all of :data:`LAYER` within the
+    profile's rows: the summed profile, full-clock and capped milliseconds and their two ratios."""
+    groups: dict[tuple[str, str, int, bool], dict[str, dict[str, float]]] = {}
     for r in shapes["rows"]:
         shape = (int(r["K"]), int(r["N"]))
         profile = profile_gemm_ms(gemm, r["M"], r["dtype"], shape)
-        if profile is None or shape not in LAYER_SHAPES:
+        if profile is None or r.get("shape") not in LAYER or r["M"] < HEAVY_TOKENS:
             continue
         full, capped = _first_ms([c[1] for c in r["calls"]]), _capped_ms(r, window)
-        key = (r["dtype"], int(r["M"]), bool(r.get("zero_points", False)))
-        groups.setdefault(key, {})[shape] = {"profile_ms": profile, "full_ms": full, "capped_ms": capped}
+        key = (r["dtype"], str(r.get("model", PROBED_70B)), int(r["M"]), bool(r.get("zero_points", False)))
+        groups.setdefault(key, {})[r["shape"]] = {"profile_ms": profile, "full_ms": full, "capped_ms": capped}
     out: dict[str, list[dict[str, Any]]] = {}
-    for (cls, m, zp), kernels in sorted(groups.items()):
-        if set(kernels) != set(LAYER_SHAPES):
+    for (cls, model, m, zp), kernels in sorted(groups.items()):
+        if set(kernels) != set(LAYER):
             continue
         total = {k: float(sum(v[k] for v in kernels.values())) for k in ("profile_ms", "full_ms", "capped_ms")}
-        out.setdefault(cls, []).append({"layer": f"{cls} Llama-3.1-70B layer M={m}" + (" zero points" if zp else ""),
+        out.setdefault(cls, []).append({"layer": f"{cls} {model} layer M={m}" + (" zero points" if zp else ""),
                                         **total, "full_clock_ratio": total["full_ms"] / total["profile_ms"],
                                         "capped_ratio": total["capped_ms"] / total["profile_ms"]})
     return out
@@ -272,32 +277,37 @@ def main() -> None:
                          "the duty-cycle fit keeps the default)")
     args = ap.parse_args()
     prefill_path, power_path = args.folder / "prefill_probe.json", args.folder / "power_probe.json.gz"
-    int4_path, shapes_path = args.folder / "int4_probe.json.gz", args.folder / "shapes_probe.json.gz"
+    int4_path = args.folder / "int4_probe.json.gz"
     prefill = json.loads(prefill_path.read_text())
     with gzip.open(power_path, "rt") as f:
         power = json.load(f)
     with gzip.open(int4_path, "rt") as f:
         int4 = json.load(f)
-    shapes = {"rows": []}
-    if shapes_path.exists():
-        with gzip.open(shapes_path, "rt") as f:
-            shapes = json.load(f)
+    shape_paths = [args.folder / f"shapes_probe{tail}.json.gz" for tail in SHAPE_FILES]
+    shapes: dict[str, list[Any]] = {"rows": []}
+    for path in shape_paths:
+        if path.exists():
+            with gzip.open(path, "rt") as f:
+                shapes["rows"] += json.load(f)["rows"]
     gemm = pd.read_parquet(args.profile / "gemm.parquet")
     attn = pd.read_parquet(args.profile / "attention.parquet")
     window = (args.capped_window[0], args.capped_window[1]) if args.capped_window else CAPPED_WINDOW
     table = ratio_pairs(prefill, power, gemm, attn, window)
-    full = [p["full_ms"] / p["profile_ms"] for p in table if p["full_ms"]]
-    capped = [p["capped_ms"] / p["profile_ms"] for p in table]
+    attention = [p for p in table if p["kernel"].startswith("FA3")]
+    full = [p["full_ms"] / p["profile_ms"] for p in attention if p["full_ms"]]
+    capped = [p["capped_ms"] / p["profile_ms"] for p in attention]
     dynamics = fit_dynamics(power, table[0]["full_ms"])  # the budget's fit keeps the default window
-    gemms = class_ratios(quantized_pairs(power, int4, gemm, window), layer_ratios(shapes, gemm, window))
+    gemm_pairs = {**quantized_pairs(power, int4, gemm, window),
+                  "bf16": [p for p in table if not p["kernel"].startswith("FA3")]}
+    gemms = class_ratios(gemm_pairs, layer_ratios(shapes, gemm, window))
     result = {
         "full_clock_ratio": float(np.median(full)), "capped_ratio": float(np.median(capped)),
         **{k: dynamics[k] for k in ("budget_s", "refill")},
         "heavy_tokens": HEAVY_TOKENS,
-        "applies_to": "bf16 GEMMs and prefill attention of steps of at least heavy_tokens tokens; the GEMM "
-                      "classes under 'gemms' with their own ratios",
-        "pairs": table, "gemms": gemms, "dynamics_fit": dynamics,
-        "sources": {str(p): _sha(p) for p in (prefill_path, power_path, int4_path, shapes_path,
+        "applies_to": "prefill attention over a 16-bit KV cache in steps of at least heavy_tokens tokens; the "
+                      "GEMMs of those steps by their class's ratios under 'gemms'",
+        "pairs": attention, "gemms": gemms, "dynamics_fit": dynamics,
+        "sources": {str(p): _sha(p) for p in (prefill_path, power_path, int4_path, *shape_paths,
                                               args.profile / "gemm.parquet", args.profile / "attention.parquet")
                     if p.exists()},
         "command": "python scripts/fit_power.py " + " ".join([str(args.folder), "--profile", str(args.profile),

@@ -183,7 +183,7 @@ class CalibratedCostModel:
             return 0.0, 1.0, 1.0
         x = self._features(batch)
         gemm_r = cap.ratios(self._gemm_class)
-        attn_r = cap.ratios("bf16") if self.kv_dtype in SIXTEEN_BIT else None
+        attn_r = cap.attention_ratios() if self.kv_dtype in SIXTEEN_BIT else None
         gemm = interp1(self.tables.t_knots, self.tables.per_token, float(x[T])) if gemm_r and x[T] > 0 else 0.0
         attn = self._prefill(batch, x) if attn_r else 0.0
         heavy = gemm + attn

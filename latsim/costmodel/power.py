@@ -21,9 +21,13 @@ fast and the reference engine apply it at the same steps):
   share refills as the heavy share spends; once the budget is gone the rest of the step's heavy
   work runs at the cap;
 - heavy seconds at full clock cost ``full_clock_ratio`` x the profile's price, at the cap
-  ``capped_ratio`` x; a quantized GEMM class measured on its own (``gemm_ratios``: ``fp8`` W8A8
-  CUTLASS, ``int4`` W4A16 Machete) has its own pair, and a step mixing classes pays their
-  average weighted by seconds.
+  ``capped_ratio`` x: the pair of prefill attention, and of every GEMM class without its own; a
+  GEMM class measured on its own (``gemm_ratios``: ``bf16``, ``fp8`` W8A8 CUTLASS, ``int4`` W4A16
+  Machete) has its own pair, and a step mixing classes pays their average weighted by seconds.
+  The H200's bf16 GEMMs past the CUDA-graph size are timed at the full clock in its profile
+  (``--heavy-timing cool``), so their pair is about 1 at full clock and the cap's clock ratio
+  (about 1.15) at the cap, the same on every model; the other kernels' rows were timed in short
+  bursts, partly heated into the cap, so their pairs straddle 1.
 
 On the H200 the clock held for 30-50 ms of back-to-back GEMMs from idle, recovered fully in a
 200 ms pause, half in 100 ms and little in 50 ms (duty cycles of ``data/power/``): a budget of
@@ -45,8 +49,8 @@ from typing import Any
 
 POWER_FILE = "power.json"
 FIELDS = ("full_clock_ratio", "capped_ratio", "budget_s", "refill", "heavy_tokens")
-GEMM_CLASSES = ("fp8", "int4")
-"""Quantized GEMM classes that may carry their own ratios (``power.json``'s ``gemms``)."""
+GEMM_CLASSES = ("bf16", "fp8", "int4")
+"""GEMM classes that may carry their own ratios (``power.json``'s ``gemms``)."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,9 @@ class PowerCap:
     heavy_tokens: int
     source: str = ""
     gemm_ratios: tuple[tuple[str, float, float], ...] = ()
-    """``(class, full-clock ratio, capped ratio)`` of each quantized GEMM class measured on its own
-    (:data:`GEMM_CLASSES`); bf16 GEMMs and prefill attention use the two ratios above."""
+    """``(class, full-clock ratio, capped ratio)`` of each GEMM class measured on its own
+    (:data:`GEMM_CLASSES`); prefill attention, and a bf16 GEMM without its own entry, use the two
+    ratios above."""
 
     def __post_init__(self) -> None:
         checks: dict[str, tuple[bool, Any]] = {  # the name shown -> (in range, the value shown)
@@ -86,14 +91,17 @@ class PowerCap:
         return shape.prefill_tokens > 0 and shape.num_tokens >= self.heavy_tokens
 
     def ratios(self, gemm_class: str) -> tuple[float, float] | None:
-        """``(full-clock ratio, capped ratio)`` of a GEMM class (``bf16`` or one of
-        :data:`GEMM_CLASSES`), None when the power data does not cover it."""
-        if gemm_class == "bf16":
-            return self.full_clock_ratio, self.capped_ratio
+        """``(full-clock ratio, capped ratio)`` of a GEMM class (one of :data:`GEMM_CLASSES`): its
+        own entry, else for ``bf16`` the pair of :meth:`attention_ratios`; None when the power
+        data does not cover it."""
         for name, full, capped in self.gemm_ratios:
             if name == gemm_class:
                 return full, capped
-        return None
+        return self.attention_ratios() if gemm_class == "bf16" else None
+
+    def attention_ratios(self) -> tuple[float, float]:
+        """``(full-clock ratio, capped ratio)`` of prefill attention over a 16-bit KV cache."""
+        return self.full_clock_ratio, self.capped_ratio
 
 
 def load_power_cap(folder: Path) -> PowerCap | None:

@@ -107,7 +107,11 @@ def test_quantized_gemm_ratios_load_and_bad_ones_are_named(tmp_path: Path) -> No
     (tmp_path / "power.json").write_text(json.dumps({**terms, "gemms": gemms}))
     cap = load_power_cap(tmp_path)
     assert cap is not None and cap.ratios("int4") == (0.85, 0.95) and cap.ratios("fp8") == (0.8, 1.2)
-    assert cap.ratios("bf16") == (0.9, 1.1) and cap.ratios("int8") is None
+    assert cap.ratios("bf16") == (0.9, 1.1) == cap.attention_ratios() and cap.ratios("int8") is None
+    (tmp_path / "power.json").write_text(json.dumps({**terms, "gemms": {**gemms, "bf16": {
+        "full_clock_ratio": 1.0, "capped_ratio": 1.15}}}))
+    own = load_power_cap(tmp_path)
+    assert own is not None and own.ratios("bf16") == (1.0, 1.15) and own.attention_ratios() == (0.9, 1.1)
     with pytest.raises(ValueError, match="int3"):
         PowerCap(**terms, gemm_ratios=(("int3", 0.9, 1.1),))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="fp8"):
@@ -147,8 +151,12 @@ def test_the_shipped_h200_profile_carries_its_fitted_power_cap() -> None:
 
     cm = load_calibrated(load_model("llama-3.1-8b"), load_device("h200"))
     assert cm.power is not None and cm.power.capped_ratio > 1.0 > cm.power.full_clock_ratio
+    gemm_r, attn_r = cm.power.ratios("bf16"), cm.power.attention_ratios()
+    assert gemm_r is not None and gemm_r != attn_r  # bf16 GEMMs, timed at the full clock, have their own pair
     heavy, full, capped = cm.heavy_parts(PREFILL)
-    assert 0.0 < heavy < cm.step_time(PREFILL) and (full, capped) == (cm.power.full_clock_ratio, cm.power.capped_ratio)
+    assert 0.0 < heavy < cm.step_time(PREFILL)
+    assert min(gemm_r[0], attn_r[0]) < full < max(gemm_r[0], attn_r[0])
+    assert min(gemm_r[1], attn_r[1]) < capped < max(gemm_r[1], attn_r[1])
 
 
 def test_the_duty_cycles_of_the_measurement_order_as_measured() -> None:
