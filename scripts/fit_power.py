@@ -173,7 +173,8 @@ def layer_ratios(shapes: dict[str, Any], gemm: pd.DataFrame,
                  window: tuple[float, float] = CAPPED_WINDOW) -> dict[str, list[dict[str, Any]]]:
     """Per GEMM class, one entry per (model, row count, zero points) whose sustained runs in
     ``shapes`` (the ``shapes_probe*.json.gz`` files) cover all of :data:`LAYER` within the
-    profile's rows: the summed profile, full-clock and capped milliseconds and their two ratios."""
+    profile's rows: the summed profile, full-clock and capped milliseconds and their two ratios.  A
+    shape run twice (the 8B's in two files) counts once: the later row's."""
     groups: dict[tuple[str, str, int, bool], dict[str, dict[str, float]]] = {}
     for r in shapes["rows"]:
         shape = (int(r["K"]), int(r["N"]))
