@@ -96,18 +96,22 @@ def _first_ms(ms: list[float], window_ms: float = 30.0) -> float:
 
 
 def ratio_pairs(prefill: dict[str, Any], power: dict[str, Any], gemm: pd.DataFrame,
-                attn: pd.DataFrame, window: tuple[float, float] = CAPPED_WINDOW) -> list[dict[str, Any]]:
-    """(kernel, profile ms, full-clock ms, capped ms) for every measured pair."""
-    out = []
+                attn: pd.DataFrame, window: tuple[float, float] = CAPPED_WINDOW) -> dict[str, list[dict[str, Any]]]:
+    """(kernel, profile ms, full-clock ms, capped ms) for every measured pair, by class: ``bf16``
+    (the 8B's gate_up GEMM, the first the prefill probe's sustained run) and ``attention`` (FA3
+    prefill chunks)."""
+    out: dict[str, list[dict[str, Any]]] = {"bf16": [], "attention": []}
     sus = {(r["case"], r.get("ctx")): r for r in prefill["sustained"]}
     g = sus[("gate_up-sustained", None)]["ms"]
-    out.append({"kernel": f"bf16 GEMM {GATE_UP[0]}x{GATE_UP[1]} M={CHUNK}", "profile_ms": _bf16_gemm_ms(gemm, CHUNK),
-                "full_ms": _first_ms(g), "capped_ms": float(np.median(g))})
+    out["bf16"].append({"kernel": f"bf16 GEMM {GATE_UP[0]}x{GATE_UP[1]} M={CHUNK}",
+                        "profile_ms": _bf16_gemm_ms(gemm, CHUNK), "full_ms": _first_ms(g),
+                        "capped_ms": float(np.median(g))})
     for ctx in (0, 16320):
         alone = sus[("attention-sustained", ctx)]["ms"]
         in_step = np.asarray(sus[("sustained-step", ctx)]["attention_ms_per_step"]) / 32
-        out.append({"kernel": f"FA3 prefill {CHUNK} at context {ctx}", "profile_ms": profile_prefill_ms(attn, ctx),
-                    "full_ms": _first_ms(alone), "capped_ms": float(np.median(in_step))})
+        out["attention"].append({"kernel": f"FA3 prefill {CHUNK} at context {ctx}",
+                                 "profile_ms": profile_prefill_ms(attn, ctx), "full_ms": _first_ms(alone),
+                                 "capped_ms": float(np.median(in_step))})
     for r in power["rows"]:
         if "on_ms" in r:
             continue
@@ -116,10 +120,11 @@ def ratio_pairs(prefill: dict[str, Any], power: dict[str, Any], gemm: pd.DataFra
             continue
         full, capped = _fresh_and_capped(r, window)
         if r.get("case"):
-            name, profile = f"FA3 prefill {CHUNK} at context 8160", profile_prefill_ms(attn, 8160)
+            cls, name, profile = "attention", f"FA3 prefill {CHUNK} at context 8160", profile_prefill_ms(attn, 8160)
         else:
-            name, profile = f"bf16 GEMM {GATE_UP[0]}x{GATE_UP[1]} M={r['M']}", _bf16_gemm_ms(gemm, r["M"])
-        out.append({"kernel": name + " (power probe)", "profile_ms": profile, "full_ms": full, "capped_ms": capped})
+            cls, name, profile = "bf16", f"bf16 GEMM {GATE_UP[0]}x{GATE_UP[1]} M={r['M']}", _bf16_gemm_ms(gemm, r["M"])
+        out[cls].append({"kernel": name + " (power probe)", "profile_ms": profile, "full_ms": full,
+                         "capped_ms": capped})
     return out
 
 
@@ -293,13 +298,13 @@ def main() -> None:
     gemm = pd.read_parquet(args.profile / "gemm.parquet")
     attn = pd.read_parquet(args.profile / "attention.parquet")
     window = (args.capped_window[0], args.capped_window[1]) if args.capped_window else CAPPED_WINDOW
-    table = ratio_pairs(prefill, power, gemm, attn, window)
-    attention = [p for p in table if p["kernel"].startswith("FA3")]
+    pairs_by_class = ratio_pairs(prefill, power, gemm, attn, window)
+    attention = pairs_by_class["attention"]
     full = [p["full_ms"] / p["profile_ms"] for p in attention if p["full_ms"]]
     capped = [p["capped_ms"] / p["profile_ms"] for p in attention]
-    dynamics = fit_dynamics(power, table[0]["full_ms"])  # the budget's fit keeps the default window
-    gemm_pairs = {**quantized_pairs(power, int4, gemm, window),
-                  "bf16": [p for p in table if not p["kernel"].startswith("FA3")]}
+    # the budget's fit keeps the default window; its full clock: the prefill probe's gate_up
+    dynamics = fit_dynamics(power, pairs_by_class["bf16"][0]["full_ms"])
+    gemm_pairs = {**quantized_pairs(power, int4, gemm, window), "bf16": pairs_by_class["bf16"]}
     gemms = class_ratios(gemm_pairs, layer_ratios(shapes, gemm, window))
     result = {
         "full_clock_ratio": float(np.median(full)), "capped_ratio": float(np.median(capped)),
