@@ -14,7 +14,10 @@ rows whose ``point_id`` the profile lacks (a point both measured keeps the profi
 ``--at-most COLUMN=VALUE`` takes only the run's rows whose numeric column is at most the value
 (``--at-most M=512``: the GEMMs of steps vLLM replays from CUDA graphs), and ``--known-points``
 only those of points the profile already holds (a re-timing that adds no new shapes).
-``profile.json`` gets a ``<family>_sources`` list entry naming the run (its date, grid, grid
+``--into TABLE`` merges into the profile's ``TABLE.parquet`` instead of the family's (created when
+missing): the ``decode-tiles`` grid's attention rows go to ``decode_tiles``, which the fit reads
+for FA3's key tile and does not fit the attention regressor on (``latsim.costmodel.profile.tiles``).
+``profile.json`` gets a ``<family>_sources`` (``<TABLE>_sources``) list entry naming the run (its date, grid, grid
 hash, GPU, vLLM), the mode, the rows taken, the implementations and timers seen (runs before the
 ``timer`` column timed every call between events) and the sha256 of the
 run's table, and its ``impl``/``counts`` are recomputed from the merged table.  Refit afterwards:
@@ -35,9 +38,14 @@ from latsim.costmodel.profile.tables import read_shard, shard_path, write_shard
 
 
 def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str] | None = None,
-          at_most: tuple[str, float] | None = None, known_points: bool = False) -> dict[str, object]:
-    """Merge ``run``'s ``family`` table into ``profile`` (see the module note); the source record."""
-    ours, theirs = read_shard(shard_path(profile, family)), read_shard(shard_path(run, family))
+          at_most: tuple[str, float] | None = None, known_points: bool = False,
+          into: str | None = None) -> dict[str, object]:
+    """Merge ``run``'s ``family`` table into ``profile``'s ``into`` table (default: the family's;
+    see the module note); the source record."""
+    into = into or family
+    theirs = read_shard(shard_path(run, family))
+    ours_path = shard_path(profile, into)
+    ours = read_shard(ours_path) if into == family or ours_path.is_file() else theirs.iloc[:0]
     if only is not None:
         theirs = theirs[theirs[only[0]].astype(str) == only[1]]
     if at_most is not None:
@@ -53,7 +61,7 @@ def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str
     else:
         new = theirs[~theirs["point_id"].isin(ours["point_id"])]
         merged, taken = pd.concat([ours, new], ignore_index=True), len(new)
-    write_shard(profile, family, merged.to_dict("records"))
+    write_shard(profile, into, merged.to_dict("records"))
     run_meta = json.loads((run / "profile.json").read_text())
     source = {"run_date_utc": run_meta["date_utc"], "grid": run_meta["grid"], "grid_hash": run_meta["grid_hash"],
               "gpu_name": run_meta["gpu_name"], "vllm": run_meta.get("vllm"), "mode": mode,
@@ -62,7 +70,7 @@ def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str
               "impl": sorted(theirs["impl"].dropna().unique().tolist()),
               "timer": sorted(theirs["timer"].dropna().unique().tolist()) if "timer" in theirs else ["cuda-events"],
               "table_sha256": hashlib.sha256(shard_path(run, family).read_bytes()).hexdigest()}
-    _update_profile(profile, family, merged, source)
+    _update_profile(profile, into, merged, source)
     return source
 
 
@@ -84,6 +92,7 @@ def main() -> None:
     ap.add_argument("--only", help="COLUMN=VALUE: merge only the rows holding it")
     ap.add_argument("--at-most", help="COLUMN=NUMBER: merge only the rows whose column is at most the number")
     ap.add_argument("--known-points", action="store_true", help="merge only points the profile already holds")
+    ap.add_argument("--into", help="the profile's table to merge into (default: the family's)")
     args = ap.parse_args()
     only = _pair(ap, "--only", args.only) if args.only else None
     at_most = None
@@ -93,8 +102,8 @@ def main() -> None:
             at_most = (column, float(value))
         except ValueError:
             ap.error(f"--at-most {args.at_most!r}: {value!r} is not a number")
-    print(json.dumps(merge(args.profile, args.run, args.family, args.mode, only, at_most, args.known_points),
-                     indent=1))
+    print(json.dumps(merge(args.profile, args.run, args.family, args.mode, only, at_most, args.known_points,
+                           args.into), indent=1))
 
 
 def _pair(ap: argparse.ArgumentParser, flag: str, text: str) -> tuple[str, str]:

@@ -27,13 +27,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from latsim.calibration import fit_fixed
+from latsim.calibration import attention, fit_fixed
 from latsim.calibration.timing import GraphTimer
 from latsim.calibration.unchanged import save_if_changed, write_json_if_changed
 from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.profile import features
 from latsim.costmodel.profile.regressors import model_path
 from latsim.costmodel.profile.store import available_families, check_device, load_table, read_profile
+from latsim.costmodel.profile.tables import read_shard
+from latsim.costmodel.profile.tiles import decode_tiles, tile_for, tiled_ctx
 
 GROUP_KEYS = {
     "gemm": ("K", "N"), "attn_prefill": ("hq", "hkv", "d"), "attn_decode": ("hq", "hkv", "d"),
@@ -44,13 +46,19 @@ HOLDOUT_FRACTION = 0.2
 XGB_PARAMS: dict[str, Any] = {"n_estimators": 400, "max_depth": 6, "learning_rate": 0.05, "subsample": 0.9,
                               "min_child_weight": 1.0, "tree_method": "hist", "n_jobs": 2}
 MIN_ROWS = 4
+TILES_TABLE = "decode_tiles.parquet"
+"""The ``decode-tiles`` grid's rows, kept apart from ``attention.parquet``: they measure FA3's key
+tile (:func:`~latsim.costmodel.profile.tiles.decode_tiles`); 3,500 rows over a few hundred tokens
+of context would pull the attention regressor's splits to that corner (tried: held-out levels'
+TPOT 5.8 -> 6.6 %)."""
 GRAPH_TIMER = GraphTimer.name
 
 
-def fit_frames(folder: Path) -> dict[str, pd.DataFrame]:
+def fit_frames(folder: Path, tiles: list[dict[str, Any]] | None = None) -> dict[str, pd.DataFrame]:
     """The ``ok`` rows of each fit family: GEMMs split by kernel (4-bit weight-only rows,
     Machete or Marlin, are ``gemm_w4a16``), attention by phase and KV dtype (``*_fp8kv``); sliding-window attention rows
-    are a check of the windowed pricing, not fitted."""
+    are a check of the windowed pricing, not fitted.  With ``tiles`` (``tiles.decode_tiles``) the paged
+    decode rows are priced at their context in whole tiles (:func:`_tiled_decode`)."""
     have = available_families(folder)
     out: dict[str, pd.DataFrame] = {}
     if "gemm" in have:
@@ -65,12 +73,27 @@ def fit_frames(folder: Path) -> dict[str, pd.DataFrame]:
         for suffix, rows in (("", a[plain & (kv == "bf16")]), ("_fp8kv", a[plain & (kv == "fp8")])):
             out[f"attn_prefill{suffix}"] = rows[rows["phase"] == "prefill"].reset_index(drop=True)
             d = rows[rows["phase"] == "decode"].reset_index(drop=True)
-            out[f"attn_decode{suffix}"] = d.assign(ctx=d["kv_tokens"] / d["batch"],
-                                                   skewed=(d["mix"] == "skewed").astype(np.float64))
+            d = d.assign(ctx=d["kv_tokens"] / d["batch"], skewed=(d["mix"] == "skewed").astype(np.float64))
+            out[f"attn_decode{suffix}"] = _tiled_decode(d, tiles or [], "fp8" if suffix else "bf16")
     for fam in ("memory", "moe"):
         if fam in have:
             out[fam] = load_table(folder, fam)
     return {k: v for k, v in out.items() if len(v) >= MIN_ROWS}
+
+
+def _tiled_decode(d: pd.DataFrame, tiles: list[dict[str, Any]], kv: str) -> pd.DataFrame:
+    """Decode rows with each paged equal-context row's ``ctx``, FLOPs and bytes at its context in
+    whole tiles (the work FA3 does; rows of other kernels as they are)."""
+    tile = np.array([tile_for(tiles, int(x), kv) for x in d["d"]], dtype=np.int64)
+    paged = d["impl"].astype(str).str.contains("paged").to_numpy() & (d["mix"] == "uniform").to_numpy() & (tile > 1)
+    if not paged.any():
+        return d
+    ctx = np.where(paged, tiled_ctx(d["ctx"].to_numpy(np.float64), tile), d["ctx"].to_numpy(np.float64))
+    b = d["batch"].to_numpy(np.float64)
+    work = [attention.work(int(hq), int(hkv), int(hd), int(n), n * c, round(n * c), kv)
+            for hq, hkv, hd, n, c in zip(d["hq"], d["hkv"], d["d"], b, ctx, strict=True)]
+    flops, nbytes = (np.array(col) for col in zip(*work, strict=True))
+    return d.assign(ctx=ctx, flops=np.where(paged, flops, d["flops"]), bytes=np.where(paged, nbytes, d["bytes"]))
 
 
 def family_peak(family: str, cols: Any, device: DeviceSpec) -> Any:
@@ -163,7 +186,9 @@ def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed:
                               "device": device.name, "xgboost": xgb.__version__, "timer_floor_s": floor,
                               "graph_gap_s": gap,
                               "families": {}}
-    for family, df in fit_frames(folder).items():
+    tiles = decode_tiles(read_shard(folder / TILES_TABLE)) if (folder / TILES_TABLE).is_file() else []
+    report["decode_tiles"] = tiles
+    for family, df in fit_frames(folder, tiles).items():
         model, rep = fit_family(family, without_floor(df, floor, gap), device, seed, params)
         save_if_changed(model_path(out, family), model.get_booster().save_model)
         report["families"][family] = rep

@@ -150,6 +150,15 @@ PAGED = replace(
 grid's decode axes (uniform batches) over every head shape the H200 profile holds - the full
 grid's 20 catalog shapes, the study's and the wide ones."""
 
+DECODE_TILES = replace(
+    PAGED, name="decode-tiles", decode_batch=(64, 256), decode_ctx=tuple(range(448, 1089, 16)), fp8kv_configs=7,
+)
+"""Decode attention over the paged cache at every page (16 tokens) from 448 to 1,088 tokens, 64 and
+256 sequences, over :data:`PAGED`'s head shapes (the seven most used also over an fp8 cache):
+FA3 walks a sequence's keys in tiles of a fixed number of tokens and pays a tile whole, so the
+time steps at the tile's multiples, which the other grids' powers of two all sit on
+(``latsim.costmodel.profile.tiles`` reads the tile from these rows)."""
+
 PAGED_PREFILL = replace(SHAPES, name="paged-prefill", decode_configs=0)
 """Prefill attention over the paged cache (``attention.py``), the full grid's prefill axes over the
 same head shapes as :data:`PAGED`: a live trace found long chunks 14-28 % slower than the
@@ -214,8 +223,8 @@ point (``data/power/README.md``)."""
 HEAVY_GEMM_STEPS = _bf16_above_graphs(MSTEPS_HIGH, "heavy-gemm-steps", MSTEPS.gemm_m, MSTEPS_HIGH.gemm_m)
 """The same for the bf16 GEMMs of :data:`MSTEPS` and :data:`MSTEPS_HIGH` past 512 rows."""
 
-GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, PAGED_PREFILL, MSTEPS_HIGH, W4A16,
-                             W4_STEPS, FP8_KV, WINDOW, HEAVY_GEMM, HEAVY_GEMM_STEPS)}
+GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, DECODE_TILES, PAGED_PREFILL,
+                             MSTEPS_HIGH, W4A16, W4_STEPS, FP8_KV, WINDOW, HEAVY_GEMM, HEAVY_GEMM_STEPS)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
              {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
@@ -391,7 +400,7 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
                  "msteps-high": MSTEP_SHAPES, "w4-steps": MSTEP_SHAPES, "heavy-gemm-steps": MSTEP_SHAPES,
                  "fp8-kv": FP8_KV_SHAPES, "window": WINDOW_SHAPES}
         shapes = named.get(grid.name) or load_shapes()
-        if grid.name in ("paged", "paged-prefill"):
+        if grid.name in ("paged", "paged-prefill", "decode-tiles"):
             shapes = paged_shapes(shapes)
     out = [*_overhead(grid), *_memory(grid), *_attention(grid, shapes), *_moe(grid, shapes),
            *_gemm(grid, shapes), *_comm(grid)]

@@ -39,6 +39,20 @@ def test_append_keeps_existing_points_and_records_the_source(tmp_path: Path) -> 
     assert doc["impl"]["attention"] == ["new", "old"] and doc["counts"]["attention"] == {"ok": 3}
 
 
+def test_into_merges_into_a_table_of_its_own_and_leaves_the_family_alone(tmp_path: Path) -> None:
+    merge = load_script(SCRIPT).merge
+    profile = _folder(tmp_path / "profile", ["a", "b"], "old", "2026-01-01")
+    run = _folder(tmp_path / "run", ["b", "c"], "tiles", "2026-02-02")
+    source = merge(profile, run, "attention", "append", into="decode_tiles")
+    assert read_shard(shard_path(profile, "attention"))["point_id"].tolist() == ["a", "b"]
+    assert read_shard(shard_path(profile, "decode_tiles"))["point_id"].tolist() == ["b", "c"]
+    doc = json.loads((profile / "profile.json").read_text())
+    assert doc["decode_tiles_sources"] == [source] and "attention_sources" not in doc
+    assert doc["impl"]["attention"] == ["old"] and doc["impl"]["decode_tiles"] == ["tiles"]
+    merge(profile, run, "attention", "append", into="decode_tiles")  # again: nothing new
+    assert len(read_shard(shard_path(profile, "decode_tiles"))) == 2
+
+
 def test_replace_swaps_the_table(tmp_path: Path) -> None:
     merge = load_script(SCRIPT).merge
     profile = _folder(tmp_path / "profile", ["a", "b"], "old", "2026-01-01")

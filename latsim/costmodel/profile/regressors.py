@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from latsim.catalog.devices import DeviceSpec
-from latsim.costmodel.profile import features
+from latsim.costmodel.profile import features, tiles
 from latsim.costmodel.profile.store import read_json, read_profile
 from latsim.costmodel.roofline_params import default_roofline_params
 
@@ -80,15 +80,22 @@ class Predictors:
         """One decode attention call: ``batch`` sequences of mean context ``ctx``, priced from the
         ``uniform`` mix (a paged kernel's cost follows the total KV read; see attention.py); bytes
         as the calibration counts them (``attention.work``: queries in the cache's dtype, bf16
-        out), from the fp8-cache rows over a 1-byte cache when the profile has them."""
+        out), from the fp8-cache rows over a 1-byte cache when the profile has them.  Where the fit
+        found FA3's key tile (``tiles``), ``ctx`` is priced as :func:`~tiles.expected_ctx`."""
         hq, hkv, d = heads
+        family = self._kv_family("attn_decode", kv_bytes)
+        ctx = tiles.expected_ctx(ctx, self.decode_tile(d, family))
         flops = 4.0 * d * hq * batch * ctx
         nbytes = d * batch * hq * (kv_bytes + 2.0) + 2.0 * d * hkv * kv_bytes * batch * ctx
         roof = features.roofline_s(flops, nbytes, device.flops_for("bf16"), device.hbm_bandwidth)
         cols = {"batch": batch, "ctx": ctx, "hq": np.full_like(batch, hq), "hkv": np.full_like(batch, hkv),
                 "d": np.full_like(batch, d)}
-        family = self._kv_family("attn_decode", kv_bytes)
         return roof * self.ratio(family, {**cols, "skewed": np.zeros_like(batch)}, roof)
+
+    def decode_tile(self, d: int, family: str = "attn_decode") -> int:
+        """Tokens of FA3's key tile at head dim ``d`` for ``family``'s cache dtype (1: none found)."""
+        kv = "fp8" if family.endswith("_fp8kv") else "bf16"
+        return tiles.tile_for(self.report.get("decode_tiles") or [], d, kv)
 
     def memory_s(self, op: str, nbytes: Arr, device: DeviceSpec) -> Arr:
         """One memory-bound kernel moving ``nbytes``; ``op`` one of ``features.MEMORY_OPS``."""
