@@ -7,7 +7,7 @@ ValueError with a one-line message; ``latsim.cli.main`` turns that into exit sta
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -116,7 +116,41 @@ def _measure(folder: Path, spec: DeviceSpec | None, backend: str, quick: bool, r
     finally:
         display.close()
     console.print(timing_table(prof, f"{grid} grid on {prof['gpu_name']} -> {folder}"))
+    if grid == "full" and any("paged" in str(i) for i in (prof.get("impl") or {}).get("attention") or []):
+        _measure_tiles(folder, req, display_console=console)
     return prof
+
+
+TILES_GRID = "decode-tiles"
+
+
+def _measure_tiles(folder: Path, req: Any, display_console: Console) -> None:
+    """Time the ``decode-tiles`` sweeps in ``folder/decode-tiles`` (resumable like the main run) and
+    copy their rows to ``folder``'s ``decode_tiles.parquet``, where the fit reads FA3's key tile
+    (:mod:`latsim.costmodel.profile.tiles`); only after a full grid whose decode attention ran
+    over vLLM's paged cache, the only kernel whose tiles they describe."""
+    import dataclasses
+
+    from latsim.atomic import atomic_write
+    from latsim.calibration.fit import TILES_TABLE
+    from latsim.calibration.progress import RunDisplay, timing_table
+    from latsim.calibration.runner import run_calibration
+    from latsim.costmodel.profile.tables import shard_path
+
+    sub = folder / TILES_GRID
+    tiles_req = dataclasses.replace(req, out=sub, grid=TILES_GRID, families=("attention",))
+    display = RunDisplay(display_console)
+    try:
+        prof = run_calibration(tiles_req, on_point=display.on_point, on_start=display.on_start)
+    finally:
+        display.close()
+    display_console.print(timing_table(prof, f"{TILES_GRID} grid on {prof['gpu_name']} -> {sub}"))
+    rows = shard_path(sub, "attention").read_bytes()
+
+    def fill(f: IO[bytes]) -> None:
+        f.write(rows)
+
+    atomic_write(folder / TILES_TABLE, fill)
 
 
 def _fit(folder: Path | None, device: str, console: Console) -> dict[str, Any]:

@@ -117,3 +117,48 @@ def test_the_fit_reads_the_tile_from_the_profiles_sweep_table(profile_copy: Path
     write_shard(profile_copy, TILES_TABLE.removesuffix(".parquet"), rows.to_dict("records"))
     report = fit_profile(profile_copy, load_device("h200"))
     assert [(t["d"], t["kv"], t["tile"]) for t in report["decode_tiles"]] == [(128, "bf16", 128)]
+
+
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, impl: str) -> list[object]:
+    """``run_calibration`` replaced by one that writes a staircase as every run's attention rows."""
+    import latsim.calibration.runner as runner
+    from latsim.costmodel.profile.tables import write_shard
+
+    calls: list[object] = []
+
+    def run(req: object, on_point: object = None, on_start: object = None) -> dict[str, object]:
+        calls.append(req)
+        out = req.out  # type: ignore[attr-defined]
+        out.mkdir(parents=True, exist_ok=True)
+        write_shard(out, "attention", _sweep(128, 128).assign(impl=impl).to_dict("records"))
+        return {"gpu_name": "NVIDIA H200", "impl": {"attention": [impl]}, "counts": {}}
+
+    monkeypatch.setattr(runner, "run_calibration", run)
+    return calls
+
+
+def test_a_full_calibration_also_times_the_tile_sweeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from latsim.calibration import cli as calib_cli
+    from latsim.calibration.fit import TILES_TABLE
+
+    calls = _fake_runs(monkeypatch, "vllm-fa3-paged")
+    calib_cli._measure(tmp_path, load_device("h200"), "cuda", False, True, Console(quiet=True))
+    assert [(c.grid, c.families) for c in calls] == [("full", calls[0].families),  # type: ignore[attr-defined]
+                                                     ("decode-tiles", ("attention",))]
+    assert calls[1].out == tmp_path / "decode-tiles"  # type: ignore[attr-defined]
+    assert [t["tile"] for t in decode_tiles(pd.read_parquet(tmp_path / TILES_TABLE))] == [128]
+
+
+@pytest.mark.parametrize(("quick", "impl"), [(True, "vllm-fa3-paged"), (False, "flash-varlen")])
+def test_no_tile_sweeps_after_a_quick_grid_or_without_the_paged_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     quick: bool, impl: str) -> None:
+    from rich.console import Console
+
+    from latsim.calibration import cli as calib_cli
+    from latsim.calibration.fit import TILES_TABLE
+
+    calls = _fake_runs(monkeypatch, impl)
+    calib_cli._measure(tmp_path, load_device("h200"), "cuda", quick, True, Console(quiet=True))
+    assert len(calls) == 1 and not (tmp_path / TILES_TABLE).exists()
