@@ -7,13 +7,16 @@ ValueError with a one-line message; ``latsim.cli.main`` turns that into exit sta
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.profile.store import name_matches, read_profile, shipped_profile_dir
+
+if TYPE_CHECKING:
+    from latsim.calibration.runner import RunRequest
 
 NO_GPU = "no CUDA GPU found; use --backend cpu for a test run"
 
@@ -117,14 +120,14 @@ def _measure(folder: Path, spec: DeviceSpec | None, backend: str, quick: bool, r
         display.close()
     console.print(timing_table(prof, f"{grid} grid on {prof['gpu_name']} -> {folder}"))
     if grid == "full" and any("paged" in str(i) for i in (prof.get("impl") or {}).get("attention") or []):
-        _measure_tiles(folder, req, display_console=console)
+        _measure_tiles(folder, req, console)
     return prof
 
 
 TILES_GRID = "decode-tiles"
 
 
-def _measure_tiles(folder: Path, req: Any, display_console: Console) -> None:
+def _measure_tiles(folder: Path, req: RunRequest, console: Console) -> None:
     """Time the ``decode-tiles`` sweeps in ``folder/decode-tiles`` (resumable like the main run) and
     copy their rows to ``folder``'s ``decode_tiles.parquet``, where the fit reads FA3's key tile
     (:mod:`latsim.costmodel.profile.tiles`); only after a full grid whose decode attention ran
@@ -139,12 +142,12 @@ def _measure_tiles(folder: Path, req: Any, display_console: Console) -> None:
 
     sub = folder / TILES_GRID
     tiles_req = dataclasses.replace(req, out=sub, grid=TILES_GRID, families=("attention",))
-    display = RunDisplay(display_console)
+    display = RunDisplay(console)
     try:
         prof = run_calibration(tiles_req, on_point=display.on_point, on_start=display.on_start)
     finally:
         display.close()
-    display_console.print(timing_table(prof, f"{TILES_GRID} grid on {prof['gpu_name']} -> {sub}"))
+    console.print(timing_table(prof, f"{TILES_GRID} grid on {prof['gpu_name']} -> {sub}"))
     rows = shard_path(sub, "attention").read_bytes()
 
     def fill(f: IO[bytes]) -> None:
