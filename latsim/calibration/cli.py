@@ -107,20 +107,28 @@ def _import(import_: tuple[str, Path], device: str, out: Path | None, engine_ver
 
 def _measure(folder: Path, spec: DeviceSpec | None, backend: str, quick: bool, resume: bool,
              console: Console) -> dict[str, Any]:
-    from latsim.calibration.progress import RunDisplay, timing_table
-    from latsim.calibration.runner import RunRequest, run_calibration
+    from latsim.calibration.runner import RunRequest
 
     grid = "tiny" if backend == "cpu" else ("quick" if quick else "full")
     req = RunRequest(out=folder, device=spec.name if spec else "cpu", grid=grid, backend=backend,
                      aliases=spec.aliases if spec else (), resume=resume)
+    prof = _run_grid(req, console)
+    if grid == "full" and any("paged" in str(i) for i in (prof.get("impl") or {}).get("attention") or []):
+        _measure_tiles(folder, req, console)
+    return prof
+
+
+def _run_grid(req: RunRequest, console: Console) -> dict[str, Any]:
+    """One grid's run with a progress display, then its timing table; the run's profile."""
+    from latsim.calibration.progress import RunDisplay, timing_table
+    from latsim.calibration.runner import run_calibration
+
     display = RunDisplay(console)
     try:
         prof = run_calibration(req, on_point=display.on_point, on_start=display.on_start)
     finally:
         display.close()
-    console.print(timing_table(prof, f"{grid} grid on {prof['gpu_name']} -> {folder}"))
-    if grid == "full" and any("paged" in str(i) for i in (prof.get("impl") or {}).get("attention") or []):
-        _measure_tiles(folder, req, console)
+    console.print(timing_table(prof, f"{req.grid} grid on {prof['gpu_name']} -> {req.out}"))
     return prof
 
 
@@ -136,18 +144,10 @@ def _measure_tiles(folder: Path, req: RunRequest, console: Console) -> None:
 
     from latsim.atomic import atomic_write
     from latsim.calibration.fit import TILES_TABLE
-    from latsim.calibration.progress import RunDisplay, timing_table
-    from latsim.calibration.runner import run_calibration
     from latsim.costmodel.profile.tables import shard_path
 
     sub = folder / TILES_GRID
-    tiles_req = dataclasses.replace(req, out=sub, grid=TILES_GRID, families=("attention",))
-    display = RunDisplay(console)
-    try:
-        prof = run_calibration(tiles_req, on_point=display.on_point, on_start=display.on_start)
-    finally:
-        display.close()
-    console.print(timing_table(prof, f"{TILES_GRID} grid on {prof['gpu_name']} -> {sub}"))
+    _run_grid(dataclasses.replace(req, out=sub, grid=TILES_GRID, families=("attention",)), console)
     rows = shard_path(sub, "attention").read_bytes()
 
     def fill(f: IO[bytes]) -> None:
