@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from latsim.calibration.attention import PAGE, _flash_paged, _paged
+from latsim.calibration.attention import PAGE, _flash_paged, _paged, block_table, pages_of
 from latsim.calibration.context import make_context
 
 SHAPES = {"llama-8b": (32, 8, 128), "qwen-7b": (28, 4, 128), "phi-3": (32, 32, 96), "hd64": (32, 8, 64),
@@ -55,13 +55,9 @@ def lengths(batch: int, mean: int, spread: str) -> list[int]:
 def scatter(ctx: Any, c: dict[str, Any], k_lens: list[int], hkv: int, d: int) -> dict[str, Any]:
     """``c`` with its blocks drawn at random from a cache of ``ENGINE_BLOCKS`` blocks."""
     torch = ctx.torch
-    pages = [-(-n // PAGE) for n in k_lens]
+    pages = pages_of(k_lens)
     pick = np.random.default_rng(7).choice(ENGINE_BLOCKS, sum(pages), replace=False).astype(np.int32)
-    table = np.zeros((len(k_lens), max(pages)), dtype=np.int32)
-    start = 0
-    for row, n in enumerate(pages):
-        table[row, :n] = pick[start:start + n]
-        start += n
+    table = block_table(pages, pick)
     k = torch.empty(ENGINE_BLOCKS, PAGE, hkv, d, dtype=torch.bfloat16, device=ctx.device).normal_()
     return {**c, "k": k, "v": torch.empty_like(k).normal_(), "table": torch.tensor(table, device=ctx.device)}
 

@@ -182,6 +182,21 @@ GRAPH_SPLITS, GRAPH_MAX_TOKENS = 32, 512
 larger steps leave the split count to FA3's heuristics (0)."""
 
 
+def pages_of(k_lens: list[int]) -> list[int]:
+    """Cache blocks (of :data:`PAGE` tokens) each sequence's keys take."""
+    return [-(-n // PAGE) for n in k_lens]
+
+
+def block_table(pages: list[int], ids: np.ndarray) -> np.ndarray:
+    """A block table: row ``i`` holds the next ``pages[i]`` of ``ids`` (the rest of the row 0)."""
+    table = np.zeros((len(pages), max(pages)), dtype=np.int32)
+    start = 0
+    for row, n in enumerate(pages):
+        table[row, :n] = ids[start:start + n]
+        start += n
+    return table
+
+
 def _paged(ctx: BenchContext, q_lens: list[int], k_lens: list[int], hq: int, hkv: int, d: int,
            seed: int = 0, kv: str = "bf16", window: int = 0) -> dict[str, Any]:
     """A batch over a paged KV cache, as vLLM's FlashAttention backend runs it: queries (one per
@@ -192,13 +207,8 @@ def _paged(ctx: BenchContext, q_lens: list[int], k_lens: list[int], hq: int, hkv
     from vllm.vllm_flash_attn.flash_attn_interface import get_scheduler_metadata
 
     torch, b = ctx.torch, len(k_lens)
-    pages = [-(-n // PAGE) for n in k_lens]
-    order = np.random.default_rng(seed).permutation(sum(pages)).astype(np.int32)
-    table = np.zeros((b, max(pages)), dtype=np.int32)
-    start = 0
-    for row, n in enumerate(pages):
-        table[row, :n] = order[start:start + n]
-        start += n
+    pages = pages_of(k_lens)
+    table = block_table(pages, np.random.default_rng(seed).permutation(sum(pages)).astype(np.int32))
     lens = torch.tensor(k_lens, dtype=torch.int32, device=ctx.device)
     cu_q = _cu(ctx, q_lens)
     splits = GRAPH_SPLITS if sum(q_lens) <= GRAPH_MAX_TOKENS else 0

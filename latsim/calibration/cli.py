@@ -153,7 +153,7 @@ def _measure_tiles(folder: Path, req: RunRequest, console: Console) -> None:
     def fill(f: IO[bytes]) -> None:
         f.write(rows)
 
-    atomic_write(folder / TILES_TABLE, fill)
+    atomic_write(shard_path(folder, TILES_TABLE), fill)
 
 
 def _fit(folder: Path | None, device: str, console: Console) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.profile import features
 from latsim.costmodel.profile.regressors import model_path
 from latsim.costmodel.profile.store import available_families, check_device, load_table, read_profile
-from latsim.costmodel.profile.tables import read_shard
+from latsim.costmodel.profile.tables import read_shard, shard_path
 from latsim.costmodel.profile.tiles import decode_tiles, tile_for, tiled_ctx
 
 GROUP_KEYS = {
@@ -46,8 +46,9 @@ HOLDOUT_FRACTION = 0.2
 XGB_PARAMS: dict[str, Any] = {"n_estimators": 400, "max_depth": 6, "learning_rate": 0.05, "subsample": 0.9,
                               "min_child_weight": 1.0, "tree_method": "hist", "n_jobs": 2}
 MIN_ROWS = 4
-TILES_TABLE = "decode_tiles.parquet"
-"""The ``decode-tiles`` grid's rows, kept apart from ``attention.parquet``: they measure FA3's key
+TILES_TABLE = "decode_tiles"
+"""The profile's table (``decode_tiles.parquet``) of the ``decode-tiles`` grid's rows, kept apart from
+``attention.parquet``: they measure FA3's key
 tile (:func:`~latsim.costmodel.profile.tiles.decode_tiles`); 3,500 rows over a few hundred tokens
 of context would pull the attention regressor's splits to that corner (tried: held-out levels'
 TPOT 5.8 -> 6.6 %)."""
@@ -186,7 +187,8 @@ def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed:
                               "device": device.name, "xgboost": xgb.__version__, "timer_floor_s": floor,
                               "graph_gap_s": gap,
                               "families": {}}
-    tiles = decode_tiles(read_shard(folder / TILES_TABLE)) if (folder / TILES_TABLE).is_file() else []
+    tiles_path = shard_path(folder, TILES_TABLE)
+    tiles = decode_tiles(read_shard(tiles_path)) if tiles_path.is_file() else []
     report["decode_tiles"] = tiles
     for family, df in fit_frames(folder, tiles).items():
         model, rep = fit_family(family, without_floor(df, floor, gap), device, seed, params)

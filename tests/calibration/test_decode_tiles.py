@@ -13,6 +13,7 @@ from latsim.calibration.fit import _tiled_decode
 from latsim.calibration.grid import get_grid, points
 from latsim.catalog import load_device
 from latsim.costmodel.profile.regressors import load_predictors
+from latsim.costmodel.profile.tables import shard_path
 from latsim.costmodel.profile.tiles import MIN_POINTS, decode_tiles, expected_ctx, tile_for, tiled_ctx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +115,7 @@ def test_the_fit_reads_the_tile_from_the_profiles_sweep_table(profile_copy: Path
     from latsim.costmodel.profile.tables import write_shard
 
     rows = pd.concat([_sweep(128, 128), _sweep(128, 128, batch=64, seed=1)], ignore_index=True)
-    write_shard(profile_copy, TILES_TABLE.removesuffix(".parquet"), rows.to_dict("records"))
+    write_shard(profile_copy, TILES_TABLE, rows.to_dict("records"))
     report = fit_profile(profile_copy, load_device("h200"))
     assert [(t["d"], t["kv"], t["tile"]) for t in report["decode_tiles"]] == [(128, "bf16", 128)]
 
@@ -148,7 +149,7 @@ def test_a_full_calibration_also_times_the_tile_sweeps(tmp_path: Path, monkeypat
     assert [(c.grid, c.families) for c in calls] == [("full", calls[0].families),  # type: ignore[attr-defined]
                                                      ("decode-tiles", ("attention",))]
     assert calls[1].out == tmp_path / "decode-tiles"  # type: ignore[attr-defined]
-    assert [t["tile"] for t in decode_tiles(pd.read_parquet(tmp_path / TILES_TABLE))] == [128]
+    assert [t["tile"] for t in decode_tiles(pd.read_parquet(shard_path(tmp_path, TILES_TABLE)))] == [128]
 
 
 @pytest.mark.parametrize(("quick", "impl"), [(True, "vllm-fa3-paged"), (False, "flash-varlen")])
@@ -161,4 +162,13 @@ def test_no_tile_sweeps_after_a_quick_grid_or_without_the_paged_kernel(tmp_path:
 
     calls = _fake_runs(monkeypatch, impl)
     calib_cli._measure(tmp_path, load_device("h200"), "cuda", quick, True, Console(quiet=True))
-    assert len(calls) == 1 and not (tmp_path / TILES_TABLE).exists()
+    assert len(calls) == 1 and not shard_path(tmp_path, TILES_TABLE).exists()
+
+
+def test_block_table_hands_each_sequence_its_pages_in_order() -> None:
+    from latsim.calibration.attention import PAGE, block_table, pages_of
+
+    pages = pages_of([1, PAGE, PAGE + 1])
+    assert pages == [1, 1, 2]
+    table = block_table(pages, np.array([7, 3, 9, 5], dtype=np.int32))
+    assert table.tolist() == [[7, 0], [3, 0], [9, 5]]
