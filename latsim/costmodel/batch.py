@@ -26,6 +26,8 @@ class BatchShape:
     - ``decode_seqs``: requests decoding one token each.
     - ``decode_kv_tokens``: sum of the decodes' context lengths (KV entries read).
     - ``max_prefill_chunk``: the longest chunk in the step (kernel tile effects).
+    - ``decode_kv_sq``: sum of the decodes' squared context lengths (their spread:
+      :mod:`latsim.costmodel.spread`); 0 when unknown, priced as equal contexts.
     """
 
     prefill_tokens: int = 0
@@ -35,6 +37,7 @@ class BatchShape:
     decode_seqs: int = 0
     decode_kv_tokens: int = 0
     max_prefill_chunk: int = 0
+    decode_kv_sq: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -66,6 +69,7 @@ class BatchShape:
             decode_seqs=len(decode_contexts),
             decode_kv_tokens=int(sum(decode_contexts)),
             max_prefill_chunk=longest,
+            decode_kv_sq=sum(int(c) * int(c) for c in decode_contexts),
         )
 
 
@@ -75,14 +79,15 @@ class StepPricer(Protocol):
     ``kind`` names what serves the prediction (``roofline``, ``calibrated``, ``transferred``)
     and is reported with every result.  ``decode_run`` prices ``steps`` consecutive decode-only
     steps of ``seqs`` requests whose summed context starts at ``kv_tokens`` and grows by
-    ``seqs`` per step; it must equal calling ``step_time`` on each step, element for element.
+    ``seqs`` per step, their squared contexts summing to ``kv_sq`` at the first step (0:
+    unknown); it must equal calling ``step_time`` on each step, element for element.
     """
 
     kind: str
 
     def step_time(self, batch: BatchShape) -> float: ...
 
-    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> np.ndarray: ...
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int, kv_sq: int = 0) -> np.ndarray: ...
 
     def describe(self) -> dict[str, object]: ...
 
@@ -108,6 +113,24 @@ class CostModel(StepPricer, Protocol):
     launch_sigma: float
 
     def launch_s(self, batch: BatchShape) -> float: ...
+
+
+def squares_after(seqs: int, kv_tokens: int, kv_sq: int, steps: int) -> int:
+    """The decodes' summed squared contexts ``steps`` steps after a step whose contexts sum to
+    ``kv_tokens`` and their squares to ``kv_sq`` (each context grows by one a step; 0 stays
+    unknown)."""
+    if kv_sq <= 0:
+        return 0
+    return kv_sq + 2 * steps * kv_tokens + seqs * steps * steps
+
+
+def run_squares(seqs: int, kv_tokens: int, kv_sq: int, steps: int) -> np.ndarray:
+    """:func:`squares_after` for each step of a decode run, as float64 (exact below 2**53)."""
+    i = np.arange(steps, dtype=np.float64)
+    if kv_sq <= 0:
+        return np.zeros(steps, dtype=np.float64)
+    out: np.ndarray = float(kv_sq) + 2.0 * i * float(kv_tokens) + float(seqs) * i * i
+    return out
 
 
 class NoHostTerms:

@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from latsim.catalog.devices import DeviceSpec
 from latsim.catalog.models import ModelSpec
-from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.batch import BatchShape, run_squares
 from latsim.costmodel.ops import (
     DKV,
     HAS_T,
@@ -50,6 +50,7 @@ from latsim.costmodel.power import PowerCap, load_power_cap
 from latsim.costmodel.profile.interp import bilinear, bilinear_vec, interp1
 from latsim.costmodel.profile.tabulate import StepTables
 from latsim.costmodel.shard import ShardSpec, shard_model
+from latsim.costmodel.spread import DecodeSpread, load_decode_spread
 
 KINDS = ("calibrated", "transferred")
 SIXTEEN_BIT = ("bf16", "fp16")
@@ -92,6 +93,10 @@ class CalibratedCostModel:
         self.label = kind
         self.power: PowerCap | None = None
         """The GPU's power-cap terms (:mod:`latsim.costmodel.power`), set by :func:`load_calibrated`."""
+        self.spread: DecodeSpread | None = None
+        """Decode attention's price over spread contexts (:mod:`latsim.costmodel.spread`), set by
+        :func:`load_calibrated` when the profile has it (None: a batch priced at its mean context)."""
+        self._kv_heads = max(1, shard.kv_width // model.head_dim)
         self._launches = _launch_terms(shard)
         self._full = float(shard.layers - shard.window_layers)
         self._win = float(shard.window_layers)
@@ -127,24 +132,48 @@ class CalibratedCostModel:
         compute, memory = pairs * self._pair_s, p * self._q_byte_s + kv * self._kv_byte_s
         return (compute if compute > memory else memory) * ratio
 
-    def _decode(self, seqs: int, kv: float, wkv: float) -> float:
-        """Decode attention over all layers for one step (scalar twin of :meth:`_decode_vec`)."""
+    def _decode(self, seqs: int, kv: float, wkv: float, kv_sq: int = 0) -> float:
+        """Decode attention over all layers for one step (scalar twin of :meth:`_decode_vec`):
+        the table at the mean context, times the spread factor when the profile has one.  Layers
+        under a sliding window read at most the window: their contexts' squares are taken to
+        shrink with their mean (``kv_sq x (wkv / kv)**2``, an approximation: the spread of
+        clipped contexts is not known from the sums)."""
         tb = self.tables
         c = kv / seqs
         t = bilinear(tb.d_knots, tb.c_knots, tb.decode, seqs, c if c > 1.0 else 1.0) * self._full
+        spread = self.spread
+        if spread is not None and kv_sq > 0:
+            t = t * spread.factor(seqs, self._kv_heads, kv, float(kv_sq))
         if not self._win:
             return t
         cw = wkv / seqs
-        return t + bilinear(tb.d_knots, tb.c_knots, tb.decode, seqs, cw if cw > 1.0 else 1.0) * self._win
+        w = bilinear(tb.d_knots, tb.c_knots, tb.decode, seqs, cw if cw > 1.0 else 1.0) * self._win
+        if spread is not None and kv_sq > 0 and kv > 0.0:
+            shrink = wkv / kv
+            w = w * spread.factor(seqs, self._kv_heads, wkv, float(kv_sq) * shrink * shrink)
+        return t + w
 
-    def _decode_vec(self, seqs: int, kv: npt.NDArray[np.float64], wkv: Any) -> npt.NDArray[np.float64]:
+    def _decode_vec(self, seqs: int, kv: npt.NDArray[np.float64], wkv: Any,
+                    kv_sq: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.float64]:
         """:meth:`_decode` for arrays of contexts: the same operations, element by element."""
         knots_d, knots_c, rows = self.tables.d_knots, self._c_knots, self._decode_rows
         t = bilinear_vec(knots_d, knots_c, rows, seqs, np.maximum(kv / seqs, 1.0)) * self._full
+        spread = self.spread
+        known = spread is not None and kv_sq is not None and bool(np.any(kv_sq > 0.0))
+        if known:
+            assert spread is not None and kv_sq is not None
+            t = np.where(kv_sq > 0.0, t * spread.factor_vec(seqs, self._kv_heads, kv, kv_sq), t)
         if not self._win:
             return t
-        cw = np.maximum(np.asarray(wkv, dtype=np.float64) / seqs, 1.0)
-        out: npt.NDArray[np.float64] = t + bilinear_vec(knots_d, knots_c, rows, seqs, cw) * self._win
+        wkv = np.asarray(wkv, dtype=np.float64)
+        cw = np.maximum(wkv / seqs, 1.0)
+        w = bilinear_vec(knots_d, knots_c, rows, seqs, cw) * self._win
+        if known:
+            assert spread is not None and kv_sq is not None
+            shrink = np.where(kv > 0.0, wkv / np.where(kv > 0.0, kv, 1.0), 0.0)
+            w = np.where((kv_sq > 0.0) & (kv > 0.0),
+                         w * spread.factor_vec(seqs, self._kv_heads, wkv, kv_sq * shrink * shrink), w)
+        out: npt.NDArray[np.float64] = t + w
         return out
 
     def _fixed_s(self, x: tuple[Any, ...]) -> float:
@@ -160,7 +189,7 @@ class CalibratedCostModel:
         total = self._head(float(x[T]), float(x[S]))
         total = total + self._prefill(batch, x)
         d = batch.decode_seqs
-        total = total + (self._decode(d, float(x[DKV]), float(x[WDKV])) if d > 0 else 0.0)
+        total = total + (self._decode(d, float(x[DKV]), float(x[WDKV]), batch.decode_kv_sq) if d > 0 else 0.0)
         return float(total + self._fixed_s(x))
 
     def attention_s(self, batch: BatchShape) -> float:
@@ -171,7 +200,8 @@ class CalibratedCostModel:
         if x[T] <= 0:
             return 0.0
         d = batch.decode_seqs
-        return self._prefill(batch, x) + (self._decode(d, float(x[DKV]), float(x[WDKV])) if d > 0 else 0.0)
+        return self._prefill(batch, x) + (self._decode(d, float(x[DKV]), float(x[WDKV]), batch.decode_kv_sq)
+                                          if d > 0 else 0.0)
 
     def heavy_parts(self, batch: BatchShape) -> tuple[float, float, float]:
         """``(heavy seconds, full-clock ratio, capped ratio)`` of a step (:mod:`latsim.costmodel.power`):
@@ -206,9 +236,10 @@ class CalibratedCostModel:
             return "int4"
         return "fp8" if self.shard.gemm_dtype == "fp8" else f"other-{self.weight_dtype}"
 
-    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
-        """Times of ``steps`` decode-only steps (context ``kv_tokens + i * seqs``); element ``i``
-        equals ``step_time`` of that step bitwise (same operations, see the module note)."""
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int, kv_sq: int = 0) -> npt.NDArray[np.float64]:
+        """Times of ``steps`` decode-only steps (context ``kv_tokens + i * seqs``, squared contexts
+        from ``kv_sq``: :func:`~latsim.costmodel.batch.run_squares`); element ``i`` equals
+        ``step_time`` of that step bitwise (same operations, see the module note)."""
         for name, value in (("seqs", seqs), ("kv_tokens", kv_tokens), ("steps", steps)):
             if value < 0:
                 raise ValueError(f"decode_run: {name}={value} must be >= 0")
@@ -219,7 +250,7 @@ class CalibratedCostModel:
         scalar = step_features(self.shard, 0, 0, 0.0, 0, seqs, kv_tokens)
         total = self._head(float(seqs), float(seqs))
         total = total + 0.0
-        vec = total + self._decode_vec(seqs, context, x[WDKV])
+        vec = total + self._decode_vec(seqs, context, x[WDKV], run_squares(seqs, kv_tokens, kv_sq, steps))
         return np.asarray(vec + self._fixed_s(scalar), dtype=np.float64)
 
     def describe(self) -> dict[str, object]:
@@ -281,4 +312,5 @@ def load_calibrated(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_dt
                              weight_dtype=weight_dtype, kv_dtype=kv_dtype, kind=kind, source=describe_source(pred))
     cm.label = label(kind, pred.profile)
     cm.power = load_power_cap(Path(profile)) if kind == "calibrated" else None
+    cm.spread = load_decode_spread(Path(profile)) if kind == "calibrated" else None
     return cm

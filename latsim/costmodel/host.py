@@ -177,8 +177,8 @@ class HostOverlapCostModel:
             return 0.0, 0.0
         return gpu + self.eager_s(batch), self._host_s(batch.num_seqs)
 
-    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
-        gpu = self.inner.decode_run(seqs, kv_tokens, steps) * self._scale
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int, kv_sq: int = 0) -> npt.NDArray[np.float64]:
+        gpu = self.inner.decode_run(seqs, kv_tokens, steps, kv_sq) * self._scale
         if seqs == 0:
             return gpu
         if self._graph_tokens is not None and seqs > self._graph_tokens:

@@ -219,12 +219,14 @@ class RooflineCostModel:
         """Seconds for one engine step on this deployment; 0.0 for an empty batch."""
         return float(_total(self._hot, self._features(batch), vector=False))
 
-    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int, kv_sq: int = 0) -> npt.NDArray[np.float64]:
         """Times of ``steps`` decode-only steps of ``seqs`` sequences, context ``kv_tokens + i*seqs``.
 
         Element ``i`` equals ``step_time(BatchShape(decode_seqs=seqs,
-        decode_kv_tokens=kv_tokens + i * seqs))`` exactly (same code, see the module note).
+        decode_kv_tokens=kv_tokens + i * seqs))`` exactly (same code, see the module note); the
+        roofline prices contexts by their sum, so ``kv_sq`` (their squares) is not used.
         """
+        del kv_sq
         for name, value in (("seqs", seqs), ("kv_tokens", kv_tokens), ("steps", steps)):
             if value < 0:
                 raise ValueError(f"decode_run: {name}={value} must be >= 0")

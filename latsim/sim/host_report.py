@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from latsim.costmodel.batch import BatchShape
+from latsim.costmodel.batch import BatchShape, squares_after
 from latsim.costmodel.host import HostOverlapCostModel, check_host_speed
 from latsim.deployment import resolve_engine
 from latsim.sim.simulate import default_cost_model, simulate
@@ -113,8 +113,9 @@ class _Tally:
             self.eager.append(self.inner.eager_s(batch))
         return self.inner.step_time(batch)
 
-    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> npt.NDArray[np.float64]:
-        shapes = (BatchShape(decode_seqs=seqs, decode_kv_tokens=kv_tokens + i * seqs) for i in range(steps))
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int, kv_sq: int = 0) -> npt.NDArray[np.float64]:
+        shapes = (BatchShape(decode_seqs=seqs, decode_kv_tokens=kv_tokens + i * seqs,
+                             decode_kv_sq=squares_after(seqs, kv_tokens, kv_sq, i)) for i in range(steps))
         return np.array([self.step_time(b) for b in shapes], dtype=np.float64)
 
     def launch_s(self, batch: BatchShape) -> float:

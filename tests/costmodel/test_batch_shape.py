@@ -29,3 +29,12 @@ def test_one_chunk_counts_its_causal_pairs() -> None:
     b = BatchShape.from_chunks([(3, 2)], [])
     # 3 queries after 2 cached keys: 3 x 2 + (1 + 2 + 3)
     assert b.prefill_attn_pairs == 12.0 and b.prefill_kv_tokens == 5 and b.max_prefill_chunk == 3
+
+
+def test_the_decodes_squared_contexts_are_summed_exactly() -> None:
+    from latsim.costmodel.batch import BatchShape
+
+    contexts = [3, 70_000, 512, 1]
+    shape = BatchShape.from_chunks([(100, 20)], contexts)
+    assert shape.decode_kv_sq == 9 + 70_000**2 + 512**2 + 1
+    assert BatchShape.from_chunks([(100, 20)], []).decode_kv_sq == 0

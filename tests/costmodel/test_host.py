@@ -22,7 +22,7 @@ class LinearGpu:
     def step_time(self, batch: BatchShape) -> float:
         return 1e-3 + 1e-5 * batch.num_tokens if batch.num_tokens else 0.0
 
-    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> np.ndarray:
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int, kv_sq: int = 0) -> np.ndarray:
         return np.full(steps, self.step_time(BatchShape(decode_seqs=seqs)))
 
     def describe(self) -> dict[str, object]:

@@ -21,7 +21,7 @@ class LinearCost(NoHostTerms):
     def step_time(self, b: BatchShape) -> float:
         return float(self._times(np.array([b.num_tokens]), np.array([b.prefill_kv_tokens + b.decode_kv_tokens]))[0])
 
-    def decode_run(self, seqs: int, kv_tokens: int, steps: int) -> np.ndarray:
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int, kv_sq: int = 0) -> np.ndarray:
         kv = kv_tokens + seqs * np.arange(steps, dtype=np.int64)
         return self._times(np.full(steps, seqs), kv)
 

@@ -187,3 +187,50 @@ def test_the_power_cap_changes_what_heavy_steps_cost():
     plain = simulate(dep, trace, cost_model=LinearCost())
     powered = simulate(dep, trace, cost_model=PoweredLinearCost())
     assert not plain.records["first_token_s"].equals(powered.records["first_token_s"])
+
+
+class SpreadLinearCost(LinearCost):
+    """LinearCost plus a term in the decodes' summed squared contexts (their spread)."""
+
+    per_sq = 1e-9
+
+    def step_time(self, b) -> float:
+        return super().step_time(b) + self.per_sq * float(b.decode_kv_sq)
+
+    def decode_run(self, seqs: int, kv_tokens: int, steps: int, kv_sq: int = 0) -> np.ndarray:
+        from latsim.costmodel.batch import run_squares
+
+        return super().decode_run(seqs, kv_tokens, steps) + self.per_sq * run_squares(seqs, kv_tokens, kv_sq, steps)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), engine=engines)
+def test_fast_engine_equals_reference_when_the_contexts_spread_costs(seed, qps, engine):
+    trace = random_trace(seed, 60, qps, 700, 120, 2)
+    dep = small_deployment(**vllm_accepts(engine))
+    assert_identical(*fast_and_reference(dep, trace, SpreadLinearCost()))
+
+
+def test_the_spread_term_reaches_the_decode_steps():
+    trace = random_trace(5, 80, 40.0, 700, 120, 0)
+    dep = small_deployment()
+    plain = simulate(dep, trace, cost_model=LinearCost())
+    spread = simulate(dep, trace, cost_model=SpreadLinearCost())
+    assert (spread.records["finish_s"] > plain.records["finish_s"]).mean() > 0.9
+
+
+@given(contexts=st.lists(st.integers(1, 5000), min_size=1, max_size=30), step=st.integers(0, 100),
+       moves=st.lists(st.integers(0, 40), max_size=5))
+def test_cohort_squared_contexts_match_summing_request_by_request(contexts, step, moves):
+    cohort, reqs = cohort_of(16, contexts, step)
+    done = 0
+    for n in moves:
+        cohort.advance(n, end=float(done + n), index=done + n)
+        done += n
+        assert cohort.context_sq() == sum((c + done) ** 2 for c in contexts)
+        assert cohort.context() == sum(c + done for c in contexts)
+    first = reqs[0]
+    first.target = first.generated  # finished as of the cohort's latest step
+    cohort._heap = [(cohort.step if r is first else 10**9, r.seq, r) for r in reqs]
+    assert cohort.pop_finished() == [first]
+    assert cohort.context_sq() == sum((c + done) ** 2 for c in contexts[1:])

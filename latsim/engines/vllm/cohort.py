@@ -8,7 +8,8 @@ leaves each member's fields as they were at the step it joined (``Req.base``); a
 current context is ``num_computed + step - base``.  Aggregates answer what a step needs in
 O(1):
 
-- ``size`` and :meth:`context` (the sum of current contexts) price the decode part;
+- ``size``, :meth:`context` (the sum of current contexts) and :meth:`context_sq` (the sum of
+  their squares, from ``sum(rel)`` and ``sum(rel**2)``) price the decode part;
 - ``phases[p]`` counts members with ``num_computed - base == p (mod block_size)``.  A member
   whose context is a multiple of ``block_size`` has filled its last block and takes a new one
   for its next token, so the step taken at counter ``g`` allocates ``phases[-g % block_size]``
@@ -42,17 +43,24 @@ class DecodeCohort:
         self.size = 0
         self.phases = [0] * block_size
         self._offset = 0  # sum over members of num_computed - base
+        self._offset_sq = 0  # sum over members of (num_computed - base) ** 2
         self._heap: list[tuple[int, int, Req]] = []
 
     def context(self) -> int:
         """Sum of the members' current ``num_computed``."""
         return self._offset + self.size * self.step
 
+    def context_sq(self) -> int:
+        """Sum of the squares of the members' current ``num_computed``."""
+        g = self.step
+        return self._offset_sq + 2 * g * self._offset + self.size * g * g
+
     def join(self, req: Req) -> None:
         """Add ``req``, which sampled a token at ``last_end`` and still has tokens to generate."""
         rel = req.num_computed - self.step
         req.base = self.step
         self._offset += rel
+        self._offset_sq += rel * rel
         self.phases[rel % self.block_size] += 1
         self.size += 1
         heappush(self._heap, (self.step + req.target - req.generated, req.seq, req))
@@ -101,6 +109,7 @@ class DecodeCohort:
             req = heappop(heap)[2]
             rel = req.num_computed - req.base
             self._offset -= rel
+            self._offset_sq -= rel * rel
             self.phases[rel % self.block_size] -= 1
             self.size -= 1
             self._materialize(req)
@@ -113,7 +122,7 @@ class DecodeCohort:
             self._materialize(req)
         self._heap.clear()
         self.phases = [0] * self.block_size
-        self._offset = self.size = 0
+        self._offset = self._offset_sq = self.size = 0
 
     def _materialize(self, req: Req) -> None:
         moved = self.step - req.base

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from latsim.costmodel.batch import BatchShape, CostModel
+from latsim.costmodel.batch import BatchShape, CostModel, squares_after
 from latsim.engines.vllm.cohort import DecodeCohort
 from latsim.engines.vllm.scheduler import SchedulerLimits, VllmScheduler
 from latsim.sim.request import RUNNING, Req, advance_request
@@ -129,12 +129,20 @@ class FastVllmScheduler(VllmScheduler):
                 req.first_scheduled = start
         if not plan.scheduled and not k:
             return start, 0
-        decode_kv = self.cohort.context() + k if k else 0
-        shape = step_shape(plan, k, decode_kv)
+        decode_kv, decode_sq = self._cohort_kv(k)
+        shape = step_shape(plan, k, decode_kv, decode_sq)
         end, self.last_start = self.launch.step(cost, shape, decided, start, start + cost.step_time(shape))
         assert self.recorder is not None
         self.recorder.num_steps += 1
         return end, self._apply(plan, k, start, end)
+
+    def _cohort_kv(self, k: int) -> tuple[int, int]:
+        """The cohort's next decode contexts (each ``num_computed + 1``): their sum and the sum of
+        their squares (0, 0 for an empty cohort)."""
+        if not k:
+            return 0, 0
+        kv = self.cohort.context()
+        return kv + k, self.cohort.context_sq() + 2 * kv + k
 
     def _plan(self) -> StepPlan | None:
         """This step's plan for the non-cohort requests, or None when the reference must decide."""
@@ -285,7 +293,7 @@ class FastVllmScheduler(VllmScheduler):
         lag = self.limits.async_scheduling
         ends, end, done = [start], start, 0
         cut = -math.inf if lag else start  # when the next step is decided
-        kv0 = self.cohort.context() + k
+        kv0, sq0 = self._cohort_kv(k)
         dt = self._decode_dt
         want = n_max
         if lag and unseen <= start:
@@ -298,7 +306,7 @@ class FastVllmScheduler(VllmScheduler):
             m = want if want > 1 else 1
             if m > n_max - done:
                 m = n_max - done
-            for t in _decode_times(cost, k, kv0 + done * k, m):
+            for t in _decode_times(cost, k, kv0 + done * k, m, squares_after(k, kv0, sq0, done)):
                 if cut >= unseen or end > horizon or (end >= future and (len(ends) == finish_at or not lag)):
                     return ends
                 cut = end if lag else end + t
@@ -322,10 +330,11 @@ def _seq_of(req: Req) -> int:
     return req.seq
 
 
-def _decode_times(cost: CostModel, k: int, kv_tokens: int, steps: int) -> list[float]:
+def _decode_times(cost: CostModel, k: int, kv_tokens: int, steps: int, kv_sq: int) -> list[float]:
     """Durations of ``steps`` decode-only steps of ``k`` requests (``CostModel.decode_run``)."""
     if steps == 1:
-        return [cost.step_time(BatchShape(decode_seqs=k, decode_kv_tokens=kv_tokens))]
+        return [cost.step_time(BatchShape(decode_seqs=k, decode_kv_tokens=kv_tokens, decode_kv_sq=kv_sq))]
     if steps <= SCALAR_STEPS:
-        return [cost.step_time(BatchShape(decode_seqs=k, decode_kv_tokens=kv_tokens + i * k)) for i in range(steps)]
-    return cost.decode_run(k, kv_tokens, steps).tolist()
+        return [cost.step_time(BatchShape(decode_seqs=k, decode_kv_tokens=kv_tokens + i * k,
+                                          decode_kv_sq=squares_after(k, kv_tokens, kv_sq, i))) for i in range(steps)]
+    return cost.decode_run(k, kv_tokens, steps, kv_sq).tolist()
