@@ -62,8 +62,10 @@ def scatter(ctx: Any, c: dict[str, Any], k_lens: list[int], hkv: int, d: int) ->
     return {**c, "k": k, "v": torch.empty_like(k).normal_(), "table": torch.tensor(table, device=ctx.device)}
 
 
-def time_call(ctx: Any, shape: str, k_lens: list[int], scattered: bool = False) -> dict[str, float]:
-    hq, hkv, d = SHAPES[shape]
+def time_call(ctx: Any, heads: tuple[int, int, int], k_lens: list[int], scattered: bool = False) -> dict[str, float]:
+    """The grid's paged FA3 decode call over ``k_lens`` (blocks ``scattered`` over an engine-sized
+    cache or not): median and p10/p90 microseconds, repetitions."""
+    hq, hkv, d = heads
     c = _paged(ctx, [1] * len(k_lens), k_lens, hq, hkv, d)
     if scattered:
         c = scatter(ctx, c, k_lens, hkv, d)
@@ -77,7 +79,7 @@ def staircase(ctx: Any) -> list[dict[str, Any]]:
     rows = []
     for shape, batch, first, last, step in SWEEPS:
         for c in range(first, last + 1, step):
-            rows.append({"shape": shape, "batch": batch, "ctx": c, **time_call(ctx, shape, [c] * batch)})
+            rows.append({"shape": shape, "batch": batch, "ctx": c, **time_call(ctx, SHAPES[shape], [c] * batch)})
         print(shape, batch, " ".join(f"{r['ctx']}:{r['us']:.1f}" for r in rows if r["shape"] == shape
                                      and r["batch"] == batch))
     return rows
@@ -90,7 +92,7 @@ def layouts(ctx: Any) -> list[dict[str, Any]]:
             k_lens = lengths(batch, mean, spread)
             for scattered in (False, True):
                 r = {"shape": shape, "batch": batch, "mean_ctx": float(np.mean(k_lens)), "spread": spread,
-                     "scattered": scattered, **time_call(ctx, shape, k_lens, scattered)}
+                     "scattered": scattered, **time_call(ctx, SHAPES[shape], k_lens, scattered)}
                 rows.append(r)
                 print(f"{shape:>9} {batch:4d} {r['mean_ctx']:7.1f} {spread:>6} scattered={scattered!s:5} "
                       f"{r['us']:8.1f} us")

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from device_decode_probe import time_call
 
-from latsim.calibration.attention import _flash_paged, _paged
 from latsim.calibration.context import make_context
 
 SHAPES = {"llama-8b": (32, 8, 128), "qwen-7b": (28, 4, 128), "phi-3": (32, 32, 96), "qwen-32b": (40, 8, 128),
@@ -74,33 +74,11 @@ def lognormal(batch: int, mean: int, sigma: float, draw: int) -> list[int]:
     return [max(1, round(mean * x)) for x in w / w.mean()]
 
 
-def time_call(ctx: Any, heads: tuple[int, int, int], k_lens: list[int]) -> dict[str, float]:
-    hq, hkv, d = heads
-    c = _paged(ctx, [1] * len(k_lens), k_lens, hq, hkv, d)
-    t = ctx.timer.time(lambda i: _flash_paged(ctx, c))
-    c.clear()
-    ctx.clear()
-    return {"us": t.median_s * 1e6, "p10_us": t.p10_s * 1e6, "p90_us": t.p90_s * 1e6, "reps": t.reps}
-
-
 def cases(ctx: Any) -> list[dict[str, Any]]:
-    rows = []
-    for shape, heads in SHAPES.items():
-        for batch in BATCHES:
-            for spread in SPREADS:
-                if batch == 1 and spread != "serving-0":
-                    continue
-                k_lens = lengths(batch, spread)
-                equal = [round(sum(k_lens) / batch)] * batch
-                spread_t, equal_t = time_call(ctx, heads, k_lens), time_call(ctx, heads, equal)
-                rows.append({"shape": shape, "batch": batch, "spread": spread, "lens": k_lens,
-                             "mean": float(np.mean(k_lens)), "max": max(k_lens), **spread_t,
-                             "equal_us": equal_t["us"], "equal_p10_us": equal_t["p10_us"],
-                             "equal_p90_us": equal_t["p90_us"]})
-                r = rows[-1]
-                print(f"{shape:>9} {batch:3d} {spread:>9} mean {r['mean']:7.0f} max {r['max']:6d} "
-                      f"{r['us']:8.1f} us  equal {r['equal_us']:8.1f}  ratio {r['us'] / r['equal_us']:.3f}", flush=True)
-    return rows
+    """The serving, exponential and one-long spreads of every shape and batch (``skew_probe.json``;
+    its rows gained a ``cv`` after the first run, which wrote them without it)."""
+    return [pair(ctx, shape, lengths(batch, spread), spread=spread) for shape in SHAPES for batch in BATCHES
+            for spread in SPREADS if batch > 1 or spread == "serving-0"]
 
 
 def pair(ctx: Any, shape: str, k_lens: list[int], **labels: Any) -> dict[str, Any]:
