@@ -261,6 +261,8 @@ class CalibratedCostModel:
             "fixed_costs": {k: getattr(self.fixed, k) for k in ("graph_base_s", "per_kernel_s", "step_s", "per_seq_s")},
             "fixed_cost_sources": dict(self.fixed.source), "notes": list(self.tables.notes),
             "power_cap": None if self.power is None else asdict(self.power),
+            "decode_spread": None if self.spread is None else {"source": self.spread.source,
+                                                                "cv_full": self.spread.cv_full},
             "resolution": "tables: T/S every integer to 512 then 2 % steps; decode 8 % steps in D and "
                           "context; prefill 10 % steps (latsim.costmodel.profile.tabulate)",
         }

@@ -67,7 +67,8 @@ def test_vector_path_is_bitwise_the_scalar_one() -> None:
 def test_a_deployment_reads_the_table_of_the_nearest_kv_head_count() -> None:
     tables = tuple(KvTable(h, TABLE.unit_knots, TABLE.ctx_knots, TABLE.excess) for h in (4, 8, 32))
     spread = DecodeSpread(tables, 0.4, "test")
-    assert [spread.table_for(h).kv_heads for h in (1, 4, 5, 6, 8, 12, 16, 17, 40, 128)] == [4, 4, 4, 8, 8, 8, 8, 32, 32, 32]
+    picked = [spread.table_for(h).kv_heads for h in (1, 4, 5, 6, 8, 12, 16, 17, 40, 128)]
+    assert picked == [4, 4, 4, 8, 8, 8, 8, 32, 32, 32]
 
 
 @pytest.mark.parametrize("bad", [
@@ -126,3 +127,9 @@ def test_a_decode_run_with_spread_contexts_equals_its_steps_bitwise(model: str) 
         shape = BatchShape(decode_seqs=24, decode_kv_tokens=kv0 + 24 * i, decode_kv_sq=squares_after(24, kv0, sq0, i))
         assert run[i] == cm.step_time(shape)
     assert run[0] > cm.decode_run(24, kv0, 1)[0]  # the spread costs more than unknown (equal) contexts
+
+
+def test_the_prediction_names_the_spread_table_it_used() -> None:
+    h200 = load_calibrated(load_model("llama-3.1-8b"), load_device("h200")).describe()
+    assert str(h200["decode_spread"]["source"]).endswith(SPREAD_FILE)
+    assert load_calibrated(load_model("llama-3.1-8b"), load_device("h100")).describe()["decode_spread"] is None
