@@ -50,7 +50,7 @@ from latsim.costmodel.power import PowerCap, load_power_cap
 from latsim.costmodel.profile.interp import bilinear, bilinear_vec, interp1
 from latsim.costmodel.profile.tabulate import StepTables
 from latsim.costmodel.shard import ShardSpec, shard_model
-from latsim.costmodel.spread import DecodeSpread, load_decode_spread
+from latsim.costmodel.spread import DecodeSpread, SpreadFactor, load_decode_spread
 
 KINDS = ("calibrated", "transferred")
 SIXTEEN_BIT = ("bf16", "fp16")
@@ -93,10 +93,9 @@ class CalibratedCostModel:
         self.label = kind
         self.power: PowerCap | None = None
         """The GPU's power-cap terms (:mod:`latsim.costmodel.power`), set by :func:`load_calibrated`."""
-        self.spread: DecodeSpread | None = None
-        """Decode attention's price over spread contexts (:mod:`latsim.costmodel.spread`), set by
-        :func:`load_calibrated` when the profile has it (None: a batch priced at its mean context)."""
         self._kv_heads = max(1, shard.kv_width // model.head_dim)
+        self._spread: DecodeSpread | None = None
+        self._factor: SpreadFactor | None = None
         self._launches = _launch_terms(shard)
         self._full = float(shard.layers - shard.window_layers)
         self._win = float(shard.window_layers)
@@ -106,6 +105,17 @@ class CalibratedCostModel:
         self._pair_s = 4.0 * shard.q_width / peak
         self._q_byte_s = (shard.kv_bytes + 2.0) * shard.q_width / device.hbm_bandwidth
         self._kv_byte_s = 2.0 * shard.kv_width * shard.kv_bytes / device.hbm_bandwidth
+
+    @property
+    def spread(self) -> DecodeSpread | None:
+        """Decode attention's price over spread contexts (:mod:`latsim.costmodel.spread`), set by
+        :func:`load_calibrated` when the profile has it (None: a batch priced at its mean context)."""
+        return self._spread
+
+    @spread.setter
+    def spread(self, value: DecodeSpread | None) -> None:
+        self._spread = value
+        self._factor = None if value is None else value.bind(self._kv_heads)
 
     def _features(self, b: BatchShape) -> tuple[Any, ...]:
         return step_features(self.shard, b.prefill_tokens, b.prefill_seqs, b.prefill_attn_pairs,
@@ -141,16 +151,16 @@ class CalibratedCostModel:
         tb = self.tables
         c = kv / seqs
         t = bilinear(tb.d_knots, tb.c_knots, tb.decode, seqs, c if c > 1.0 else 1.0) * self._full
-        spread = self.spread
+        spread = self._factor
         if spread is not None and kv_sq > 0:
-            t = t * spread.factor(seqs, self._kv_heads, kv, float(kv_sq))
+            t = t * spread.factor(seqs, kv, float(kv_sq))
         if not self._win:
             return t
         cw = wkv / seqs
         w = bilinear(tb.d_knots, tb.c_knots, tb.decode, seqs, cw if cw > 1.0 else 1.0) * self._win
         if spread is not None and kv_sq > 0 and kv > 0.0:
             shrink = wkv / kv
-            w = w * spread.factor(seqs, self._kv_heads, wkv, float(kv_sq) * shrink * shrink)
+            w = w * spread.factor(seqs, wkv, float(kv_sq) * shrink * shrink)
         return t + w
 
     def _decode_vec(self, seqs: int, kv: npt.NDArray[np.float64], wkv: Any,
@@ -158,11 +168,11 @@ class CalibratedCostModel:
         """:meth:`_decode` for arrays of contexts: the same operations, element by element."""
         knots_d, knots_c, rows = self.tables.d_knots, self._c_knots, self._decode_rows
         t = bilinear_vec(knots_d, knots_c, rows, seqs, np.maximum(kv / seqs, 1.0)) * self._full
-        spread = self.spread
+        spread = self._factor
         known = spread is not None and kv_sq is not None and bool(np.any(kv_sq > 0.0))
         if known:
             assert spread is not None and kv_sq is not None
-            t = np.where(kv_sq > 0.0, t * spread.factor_vec(seqs, self._kv_heads, kv, kv_sq), t)
+            t = np.where(kv_sq > 0.0, t * spread.factor_vec(seqs, kv, kv_sq), t)
         if not self._win:
             return t
         wkv = np.asarray(wkv, dtype=np.float64)
@@ -172,7 +182,7 @@ class CalibratedCostModel:
             assert spread is not None and kv_sq is not None
             shrink = np.where(kv > 0.0, wkv / np.where(kv > 0.0, kv, 1.0), 0.0)
             w = np.where((kv_sq > 0.0) & (kv > 0.0),
-                         w * spread.factor_vec(seqs, self._kv_heads, wkv, kv_sq * shrink * shrink), w)
+                         w * spread.factor_vec(seqs, wkv, kv_sq * shrink * shrink), w)
         out: npt.NDArray[np.float64] = t + w
         return out
 

@@ -13,7 +13,8 @@ number of work units before splitting, ``sequences x KV heads`` (none at 16 or f
 ``scripts/fit_decode_spread.py``; one per KV-head count the grid measured, since head shapes of
 the same work units did not cost the same) and prices the factor
 ``1 + excess(units, mean context) x min(1, cv / cv_full)``; ``excess`` is bilinear in units and
-context between the table's knots (both clamped to the measured range).  Scalar and vector paths
+context between the table's knots (both clamped to the measured range; linear in units first,
+the row kept per unit count, then in context).  Scalar and vector paths
 perform the same IEEE operations (no transcendental function: ``sqrt`` is correctly rounded), so
 a decode run priced at once equals its steps priced one by one, bit for bit.
 """
@@ -23,14 +24,15 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from bisect import bisect_right
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from latsim.costmodel.profile.interp import bilinear, bilinear_vec
+from latsim.costmodel.profile.interp import interp1, interp1_vec
 
 SPREAD_FILE = "decode_spread.json"
 Arr = npt.NDArray[np.float64]
@@ -45,6 +47,7 @@ class KvTable:
     unit_knots: tuple[float, ...]
     ctx_knots: tuple[float, ...]
     excess: tuple[tuple[float, ...], ...]
+    _rows: dict[int, tuple[float, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.unit_knots) < 2 or len(self.ctx_knots) < 2:
@@ -57,18 +60,29 @@ class KvTable:
         if self.kv_heads < 1:
             raise ValueError(f"decode spread table kv_heads must be >= 1, got {self.kv_heads!r}")
 
+    def row_at(self, units: int) -> tuple[float, ...]:
+        """The excess at every context knot for ``units`` work units (clamped to the knots): linear
+        between the two unit knots around it; kept per ``units`` (a step's decode count repeats)."""
+        row = self._rows.get(units)
+        if row is None:
+            u, knots = _clamp(self.unit_knots, float(units)), self.unit_knots
+            i = min(max(bisect_right(knots, u) - 1, 0), len(knots) - 2)
+            t = (u - knots[i]) / (knots[i + 1] - knots[i])
+            lo, hi = self.excess[i], self.excess[i + 1]
+            row = tuple(a + t * (b - a) for a, b in zip(lo, hi, strict=True))
+            self._rows[units] = row
+        return row
+
     def excess_at(self, units: int, ctx: float) -> float:
         """The excess at ``units`` work units and mean context ``ctx`` (both clamped to the knots)."""
-        return bilinear(self.unit_knots, self.ctx_knots, self.excess, _clamp(self.unit_knots, float(units)),
-                        _clamp(self.ctx_knots, ctx))
+        return interp1(self.ctx_knots, self.row_at(units), _clamp(self.ctx_knots, ctx))
 
     def excess_vec(self, units: int, ctx: Arr) -> Arr:
         """:meth:`excess_at` for an array of contexts (bitwise equal element by element)."""
         lo, hi = self.ctx_knots[0], self.ctx_knots[-1]
         c = np.where(ctx < lo, lo, np.where(ctx > hi, hi, ctx))
-        rows = np.asarray(self.excess, dtype=np.float64)
-        return bilinear_vec(self.unit_knots, np.asarray(self.ctx_knots, dtype=np.float64), rows,
-                            _clamp(self.unit_knots, float(units)), c)
+        return interp1_vec(np.asarray(self.ctx_knots, dtype=np.float64),
+                           np.asarray(self.row_at(units), dtype=np.float64), c)
 
 
 def _clamp(knots: tuple[float, ...], x: float) -> float:
@@ -95,9 +109,30 @@ class DecodeSpread:
         """The table measured on the KV-head count nearest ``kv_heads`` (by ratio)."""
         return min(self.tables, key=lambda t: (max(t.kv_heads, kv_heads) / min(t.kv_heads, kv_heads), t.kv_heads))
 
+    def bind(self, kv_heads: int) -> SpreadFactor:
+        """The factor of a deployment of ``kv_heads`` KV heads per GPU (its table resolved once)."""
+        return SpreadFactor(self.table_for(kv_heads), kv_heads, self.cv_full)
+
     def factor(self, seqs: int, kv_heads: int, kv: float, kv_sq: float) -> float:
-        """Price multiplier of one decode call: ``seqs`` sequences of ``kv_heads`` KV heads whose
-        contexts sum to ``kv`` and their squares to ``kv_sq`` (0: unknown, taken as equal)."""
+        """:meth:`SpreadFactor.factor` for ``kv_heads`` KV heads."""
+        return self.bind(kv_heads).factor(seqs, kv, kv_sq)
+
+    def factor_vec(self, seqs: int, kv_heads: int, kv: Arr, kv_sq: Arr) -> Arr:
+        """:meth:`SpreadFactor.factor_vec` for ``kv_heads`` KV heads."""
+        return self.bind(kv_heads).factor_vec(seqs, kv, kv_sq)
+
+
+@dataclass(frozen=True)
+class SpreadFactor:
+    """The spread factor of one deployment: its table, KV heads per GPU and ``cv_full``."""
+
+    table: KvTable
+    kv_heads: int
+    cv_full: float
+
+    def factor(self, seqs: int, kv: float, kv_sq: float) -> float:
+        """Price multiplier of one decode call: ``seqs`` sequences whose contexts sum to ``kv``
+        and their squares to ``kv_sq`` (0: unknown, taken as equal contexts).  Hot: plain floats."""
         if seqs < 2 or kv_sq <= 0.0:
             return 1.0
         mean = kv / seqs
@@ -105,10 +140,10 @@ class DecodeSpread:
         if var <= 0.0 or mean <= 0.0:
             return 1.0
         share = math.sqrt(var) / mean / self.cv_full
-        excess = self.table_for(kv_heads).excess_at(seqs * kv_heads, mean)
+        excess = self.table.excess_at(seqs * self.kv_heads, mean)
         return 1.0 + excess * (share if share < 1.0 else 1.0)
 
-    def factor_vec(self, seqs: int, kv_heads: int, kv: Arr, kv_sq: Arr) -> Arr:
+    def factor_vec(self, seqs: int, kv: Arr, kv_sq: Arr) -> Arr:
         """:meth:`factor` for arrays of context sums (bitwise equal element by element)."""
         if seqs < 2:
             return np.ones_like(kv)
@@ -117,7 +152,7 @@ class DecodeSpread:
         known = (kv_sq > 0.0) & (var > 0.0) & (mean > 0.0)
         safe_mean = np.where(known, mean, 1.0)
         share = np.sqrt(np.where(known, var, 0.0)) / safe_mean / self.cv_full
-        excess = self.table_for(kv_heads).excess_vec(seqs * kv_heads, safe_mean)
+        excess = self.table.excess_vec(seqs * self.kv_heads, safe_mean)
         out: Arr = np.where(known, 1.0 + excess * np.where(share < 1.0, share, 1.0), 1.0)
         return out
 
