@@ -126,9 +126,9 @@ def squares_after(seqs: int, kv_tokens: int, kv_sq: int, steps: int) -> int:
 
 def run_squares(seqs: int, kv_tokens: int, kv_sq: int, steps: int) -> np.ndarray:
     """:func:`squares_after` for each step of a decode run, as float64 (exact below 2**53)."""
-    i = np.arange(steps, dtype=np.float64)
     if kv_sq <= 0:
         return np.zeros(steps, dtype=np.float64)
+    i = np.arange(steps, dtype=np.float64)
     out: np.ndarray = float(kv_sq) + 2.0 * i * float(kv_tokens) + float(seqs) * i * i
     return out
 
