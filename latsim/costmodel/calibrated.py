@@ -168,21 +168,19 @@ class CalibratedCostModel:
         """:meth:`_decode` for arrays of contexts: the same operations, element by element."""
         knots_d, knots_c, rows = self.tables.d_knots, self._c_knots, self._decode_rows
         t = bilinear_vec(knots_d, knots_c, rows, seqs, np.maximum(kv / seqs, 1.0)) * self._full
-        spread = self._factor
-        known = spread is not None and kv_sq is not None and bool(np.any(kv_sq > 0.0))
-        if known:
-            assert spread is not None and kv_sq is not None
-            t = np.where(kv_sq > 0.0, t * spread.factor_vec(seqs, kv, kv_sq), t)
+        spread = self._factor if kv_sq is not None else None
+        if spread is not None:  # unknown squares (0) give a factor of exactly 1.0, as in _decode
+            assert kv_sq is not None
+            t = t * spread.factor_vec(seqs, kv, kv_sq)
         if not self._win:
             return t
         wkv = np.asarray(wkv, dtype=np.float64)
         cw = np.maximum(wkv / seqs, 1.0)
         w = bilinear_vec(knots_d, knots_c, rows, seqs, cw) * self._win
-        if known:
-            assert spread is not None and kv_sq is not None
+        if spread is not None:
+            assert kv_sq is not None
             shrink = np.where(kv > 0.0, wkv / np.where(kv > 0.0, kv, 1.0), 0.0)
-            w = np.where((kv_sq > 0.0) & (kv > 0.0),
-                         w * spread.factor_vec(seqs, wkv, kv_sq * shrink * shrink), w)
+            w = w * spread.factor_vec(seqs, wkv, kv_sq * shrink * shrink)
         out: npt.NDArray[np.float64] = t + w
         return out
 
@@ -260,7 +258,8 @@ class CalibratedCostModel:
         scalar = step_features(self.shard, 0, 0, 0.0, 0, seqs, kv_tokens)
         total = self._head(float(seqs), float(seqs))
         total = total + 0.0
-        vec = total + self._decode_vec(seqs, context, x[WDKV], run_squares(seqs, kv_tokens, kv_sq, steps))
+        squares = run_squares(seqs, kv_tokens, kv_sq, steps) if kv_sq > 0 else None
+        vec = total + self._decode_vec(seqs, context, x[WDKV], squares)
         return np.asarray(vec + self._fixed_s(scalar), dtype=np.float64)
 
     def describe(self) -> dict[str, object]:

@@ -48,6 +48,7 @@ class KvTable:
     ctx_knots: tuple[float, ...]
     excess: tuple[tuple[float, ...], ...]
     _rows: dict[int, tuple[float, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _row_arrays: dict[int, tuple[Arr, Arr]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.unit_knots) < 2 or len(self.ctx_knots) < 2:
@@ -79,10 +80,16 @@ class KvTable:
 
     def excess_vec(self, units: int, ctx: Arr) -> Arr:
         """:meth:`excess_at` for an array of contexts (bitwise equal element by element)."""
-        lo, hi = self.ctx_knots[0], self.ctx_knots[-1]
-        c = np.where(ctx < lo, lo, np.where(ctx > hi, hi, ctx))
-        return interp1_vec(np.asarray(self.ctx_knots, dtype=np.float64),
-                           np.asarray(self.row_at(units), dtype=np.float64), c)
+        knots, row = self._arrays(units)
+        return interp1_vec(knots, row, np.clip(ctx, self.ctx_knots[0], self.ctx_knots[-1]))
+
+    def _arrays(self, units: int) -> tuple[Arr, Arr]:
+        """The context knots and :meth:`row_at` as arrays (kept per ``units``)."""
+        found = self._row_arrays.get(units)
+        if found is None:
+            found = (np.asarray(self.ctx_knots, dtype=np.float64), np.asarray(self.row_at(units), dtype=np.float64))
+            self._row_arrays[units] = found
+        return found
 
 
 def _clamp(knots: tuple[float, ...], x: float) -> float:
@@ -144,16 +151,21 @@ class SpreadFactor:
         return 1.0 + excess * (share if share < 1.0 else 1.0)
 
     def factor_vec(self, seqs: int, kv: Arr, kv_sq: Arr) -> Arr:
-        """:meth:`factor` for arrays of context sums (bitwise equal element by element)."""
+        """:meth:`factor` for arrays of context sums (bitwise equal element by element; a decode
+        run's contexts all spread, its variance constant, takes the path without masks)."""
         if seqs < 2:
             return np.ones_like(kv)
         mean = kv / seqs
         var = kv_sq / seqs - mean * mean
         known = (kv_sq > 0.0) & (var > 0.0) & (mean > 0.0)
+        if known.all():
+            share = np.minimum(np.sqrt(var) / mean / self.cv_full, 1.0)
+            out: Arr = 1.0 + self.table.excess_vec(seqs * self.kv_heads, mean) * share
+            return out
         safe_mean = np.where(known, mean, 1.0)
         share = np.sqrt(np.where(known, var, 0.0)) / safe_mean / self.cv_full
         excess = self.table.excess_vec(seqs * self.kv_heads, safe_mean)
-        out: Arr = np.where(known, 1.0 + excess * np.where(share < 1.0, share, 1.0), 1.0)
+        out = np.where(known, 1.0 + excess * np.where(share < 1.0, share, 1.0), 1.0)
         return out
 
 

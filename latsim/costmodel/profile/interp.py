@@ -33,7 +33,7 @@ def interp1(knots: Sequence[float], vals: Sequence[float], x: float) -> float:
 
 def interp1_vec(knots: Arr, vals: Arr, x: Arr) -> Arr:
     """:func:`interp1` for an array ``x`` (bitwise equal element by element)."""
-    i = np.clip(np.searchsorted(knots, x, side="right") - 1, 0, len(knots) - 2)
+    i = np.minimum(np.maximum(np.searchsorted(knots, x, side="right") - 1, 0), len(knots) - 2)
     t = (x - knots[i]) / (knots[i + 1] - knots[i])
     out: Arr = vals[i] + t * (vals[i + 1] - vals[i])
     return out
