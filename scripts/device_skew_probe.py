@@ -52,9 +52,7 @@ def lengths(batch: int, spread: str) -> list[int]:
         prompt = np.clip(np.round(4096 * np.exp(0.8 * rng.standard_normal(batch))), 1024, 24576)
         return [int(x) for x in prompt + rng.integers(0, 201, batch)]
     if spread.startswith("exp"):
-        mean = int(spread.split("-")[1])
-        w = rng.exponential(1.0, batch)
-        return [max(1, round(mean * x)) for x in w / w.mean()]
+        return scaled(rng.exponential(1.0, batch), int(spread.split("-")[1]))
     return [24576] + [1536] * (batch - 1)
 
 
@@ -70,8 +68,12 @@ MAX_TOKENS = 2**21
 def lognormal(batch: int, mean: int, sigma: float, draw: int) -> list[int]:
     """``batch`` contexts log-normal with ``sigma``, scaled to average ``mean`` (seeded)."""
     rng = np.random.default_rng([batch, mean, round(sigma * 100), draw])
-    w = np.exp(sigma * rng.standard_normal(batch))
-    return [max(1, round(mean * x)) for x in w / w.mean()]
+    return scaled(np.exp(sigma * rng.standard_normal(batch)), mean)
+
+
+def scaled(weights: Any, mean: int) -> list[int]:
+    """Contexts in proportion to ``weights``, averaging ``mean`` (each at least one token)."""
+    return [max(1, round(mean * x)) for x in weights / weights.mean()]
 
 
 def cases(ctx: Any) -> list[dict[str, Any]]:

@@ -52,8 +52,9 @@ def units_of(case: dict[str, Any], shapes: dict[str, Any]) -> int:
     return int(case["batch"]) * int(shapes[case["shape"]][1])
 
 
-def excess_of(case: dict[str, Any]) -> float:
-    return float(case["us"]) / float(case["equal_us"]) - 1.0
+def ratio_of(case: dict[str, Any]) -> float:
+    """The spread call's time over the equal call's."""
+    return float(case["us"]) / float(case["equal_us"])
 
 
 def share(cv: float, cv_full: float) -> float:
@@ -70,7 +71,7 @@ def table(grid: list[dict[str, Any]], shapes: dict[str, Any], cv_full: float) ->
     for case in grid:
         u = 2 ** round(math.log2(units_of(case, shapes)))
         c = 2 ** round(math.log2(case["mean"]))
-        cells.setdefault((u, c), []).append(excess_of(case) / share(case["cv"], cv_full))
+        cells.setdefault((u, c), []).append((ratio_of(case) - 1.0) / share(case["cv"], cv_full))
     units = sorted({u for u, _ in cells})
     ctxs = sorted({c for _, c in cells})
     rows: list[list[float | None]] = [[float(np.median(cells[(u, c)])) if (u, c) in cells else None for c in ctxs]
@@ -126,7 +127,7 @@ def fit(cases: Cases, shapes: dict[str, Any], per_kv: bool = False) -> tuple[Dec
         errors = {}
         for cand in CV_GRID:
             s = model_of(tables, cand, "fit")
-            errors[cand] = sum((modelled(s, c, shapes) - float(c["us"]) / float(c["equal_us"])) ** 2 for c in sweep)
+            errors[cand] = sum((modelled(s, c, shapes) - ratio_of(c)) ** 2 for c in sweep)
         cv_full = min(errors, key=lambda k: (errors[k], k))
     spread = model_of(kv_tables(grid, shapes, cv_full, per_kv), cv_full, "fit")
     return spread, {"per_kv_heads": per_kv, "grid_pairs": len(grid), "sigma_pairs": len(sweep),
@@ -137,7 +138,7 @@ def residuals(spread: DecodeSpread, cases: list[dict[str, Any]], shapes: dict[st
     """Median |modelled - measured| of the ratio, and the same for pricing every batch as equal."""
     if not cases:
         return {"cases": 0}
-    meas = np.array([float(c["us"]) / float(c["equal_us"]) for c in cases])
+    meas = np.array([ratio_of(c) for c in cases])
     mod = np.array([modelled(spread, c, shapes) for c in cases])
     return {"cases": len(cases), "median_abs_error": round(float(np.median(np.abs(mod - meas))), 4),
             "median_abs_error_equal": round(float(np.median(np.abs(1.0 - meas))), 4),

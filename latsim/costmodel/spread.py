@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,8 +46,9 @@ class KvTable:
     unit_knots: tuple[float, ...]
     ctx_knots: tuple[float, ...]
     excess: tuple[tuple[float, ...], ...]
-    _rows: dict[int, tuple[float, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _row_arrays: dict[int, tuple[Arr, Arr]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _rows: dict[int, tuple[tuple[float, ...], Arr]] = field(default_factory=dict, init=False, repr=False,
+                                                            compare=False)
+    _ctx_array: Arr = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.unit_knots) < 2 or len(self.ctx_knots) < 2:
@@ -60,36 +60,27 @@ class KvTable:
                 raise ValueError(f"decode spread knots must increase, got {knots}")
         if self.kv_heads < 1:
             raise ValueError(f"decode spread table kv_heads must be >= 1, got {self.kv_heads!r}")
+        object.__setattr__(self, "_ctx_array", np.asarray(self.ctx_knots, dtype=np.float64))
 
-    def row_at(self, units: int) -> tuple[float, ...]:
-        """The excess at every context knot for ``units`` work units (clamped to the knots): linear
-        between the two unit knots around it; kept per ``units`` (a step's decode count repeats)."""
-        row = self._rows.get(units)
-        if row is None:
-            u, knots = _clamp(self.unit_knots, float(units)), self.unit_knots
-            i = min(max(bisect_right(knots, u) - 1, 0), len(knots) - 2)
-            t = (u - knots[i]) / (knots[i + 1] - knots[i])
-            lo, hi = self.excess[i], self.excess[i + 1]
-            row = tuple(a + t * (b - a) for a, b in zip(lo, hi, strict=True))
-            self._rows[units] = row
-        return row
+    def row_at(self, units: int) -> tuple[tuple[float, ...], Arr]:
+        """The excess at every context knot for ``units`` work units (clamped to the knots), linear
+        between the unit knots around it, as a tuple (scalar path) and an array (vector path);
+        kept per ``units`` (a step's decode count repeats)."""
+        found = self._rows.get(units)
+        if found is None:
+            u = _clamp(self.unit_knots, float(units))
+            row = tuple(interp1(self.unit_knots, column, u) for column in zip(*self.excess, strict=True))
+            found = (row, np.asarray(row, dtype=np.float64))
+            self._rows[units] = found
+        return found
 
     def excess_at(self, units: int, ctx: float) -> float:
         """The excess at ``units`` work units and mean context ``ctx`` (both clamped to the knots)."""
-        return interp1(self.ctx_knots, self.row_at(units), _clamp(self.ctx_knots, ctx))
+        return interp1(self.ctx_knots, self.row_at(units)[0], _clamp(self.ctx_knots, ctx))
 
     def excess_vec(self, units: int, ctx: Arr) -> Arr:
         """:meth:`excess_at` for an array of contexts (bitwise equal element by element)."""
-        knots, row = self._arrays(units)
-        return interp1_vec(knots, row, np.clip(ctx, self.ctx_knots[0], self.ctx_knots[-1]))
-
-    def _arrays(self, units: int) -> tuple[Arr, Arr]:
-        """The context knots and :meth:`row_at` as arrays (kept per ``units``)."""
-        found = self._row_arrays.get(units)
-        if found is None:
-            found = (np.asarray(self.ctx_knots, dtype=np.float64), np.asarray(self.row_at(units), dtype=np.float64))
-            self._row_arrays[units] = found
-        return found
+        return interp1_vec(self._ctx_array, self.row_at(units)[1], np.clip(ctx, self.ctx_knots[0], self.ctx_knots[-1]))
 
 
 def _clamp(knots: tuple[float, ...], x: float) -> float:
