@@ -76,6 +76,10 @@ class GridSpec:
     so the ids of the bf16 points do not change."""
     attention_window: int = 0
     """Sliding window of every attention point (0: none, and the point does not name one)."""
+    decode_between: tuple[int, ...] = ()
+    """Decode batch sizes between :attr:`decode_batch`'s, timed in the uniform mix only: FA3's
+    decode call does not cost the same between powers of two (its splits and waves over the SMs
+    change with the batch), so the regressor needs points there (``decode-batches``)."""
     fp8kv_configs: int = 0
     """The first n head configurations (most-used first) are also timed over an fp8 KV cache
     (prefill, and decode in the uniform mix the cost model prices from)."""
@@ -99,7 +103,7 @@ FULL = GridSpec(
                    ("silu_mul", (768, 1536, 3584, 7168, 14336, 28672)), ("copy", (1024, 4096, 16384, 65536))),
     moe_stride=1, moe_tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
     overhead_kernels=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), comm_world=(2, 4, 8), comm_bytes=_pow2(12, 28, 1),
-    gemm_int4_stride=4, fp8kv_configs=7,
+    gemm_int4_stride=4, fp8kv_configs=7, decode_between=(3, 6, 12, 24, 48, 96, 192, 384, 768),
 )
 
 QUICK = GridSpec(
@@ -124,6 +128,7 @@ TINY = GridSpec(
 SHAPES = replace(
     FULL, name="shapes", prefill_configs=99, decode_configs=99, gemm_stride=0, gemm_fp8_stride=0,
     memory_widths=(), moe_stride=0, overhead_kernels=(), comm_world=(), gemm_int4_stride=0, fp8kv_configs=0,
+    decode_between=(),
 )
 """The attention-shape study: the full grid's prefill and decode axes over :data:`STUDY_SHAPES`
 (head dims 64-256, GQA ratios 1-8, MHA at every head dim), attention only."""
@@ -158,6 +163,19 @@ DECODE_TILES = replace(
 FA3 walks a sequence's keys in tiles of a fixed number of tokens and pays a tile whole, so the
 time steps at the tile's multiples, which the other grids' powers of two all sit on
 (``latsim.costmodel.profile.tiles`` reads the tile from these rows)."""
+
+DECODE_BATCHES = replace(PAGED, name="decode-batches", decode_batch=(), decode_between=FULL.decode_between,
+                         fp8kv_configs=7)
+"""Decode attention over the paged cache at the batch sizes between the powers of two
+(:attr:`GridSpec.decode_between`: 3, 6, 12, ... 768), every context of the full grid, over
+:data:`PAGED`'s head shapes (the seven most used also over an fp8 cache): the same call
+costs up to 13 % more at 6 or 24 sequences than the powers of two on either side predict
+(``data/kernels/README.md``).  Merged into the profile's attention rows (``--mode append``)."""
+
+DECODE_BATCHES_CHECK = replace(DECODE_BATCHES, name="decode-batches-check",
+                               decode_between=(5, 10, 20, 40, 80, 160, 320))
+"""Batch sizes between those of :data:`DECODE_BATCHES` (5, 10, ... 320), never fitted: how well
+the regressor prices a batch no grid times (``scripts/decode_batches_check.py``)."""
 
 PAGED_PREFILL = replace(SHAPES, name="paged-prefill", decode_configs=0)
 """Prefill attention over the paged cache (``attention.py``), the full grid's prefill axes over the
@@ -223,7 +241,8 @@ point (``data/power/README.md``)."""
 HEAVY_GEMM_STEPS = _bf16_above_graphs(MSTEPS_HIGH, "heavy-gemm-steps", MSTEPS.gemm_m, MSTEPS_HIGH.gemm_m)
 """The same for the bf16 GEMMs of :data:`MSTEPS` and :data:`MSTEPS_HIGH` past 512 rows."""
 
-GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, DECODE_TILES, PAGED_PREFILL,
+GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, DECODE_TILES, DECODE_BATCHES,
+                             DECODE_BATCHES_CHECK, PAGED_PREFILL,
                              MSTEPS_HIGH, W4A16, W4_STEPS, FP8_KV, WINDOW, HEAVY_GEMM, HEAVY_GEMM_STEPS)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
@@ -353,9 +372,9 @@ def _attention(g: GridSpec, shapes: dict[str, Any]) -> Iterator[Point]:
                         yield _point("attention", phase="prefill", hq=s["hq"], hkv=s["hkv"], d=s["d"], q=q, ctx=c,
                                      **_kv(kv, g.attention_window))
     for s in sorted(configs[:g.decode_configs], key=lambda s: (s["hq"], s["hkv"], s["d"])):
-        for b in g.decode_batch:
+        for b in sorted(g.decode_batch + g.decode_between):
             for c in g.decode_ctx:
-                for mix in g.decode_mix if b > 1 else ("uniform",):
+                for mix in g.decode_mix if b > 1 and b in g.decode_batch else ("uniform",):
                     if b * c <= g.max_decode_kv:
                         for kv in kvs(s, mix):
                             yield _point("attention", phase="decode", hq=s["hq"], hkv=s["hkv"], d=s["d"],
@@ -400,7 +419,7 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
                  "msteps-high": MSTEP_SHAPES, "w4-steps": MSTEP_SHAPES, "heavy-gemm-steps": MSTEP_SHAPES,
                  "fp8-kv": FP8_KV_SHAPES, "window": WINDOW_SHAPES}
         shapes = named.get(grid.name) or load_shapes()
-        if grid.name in ("paged", "paged-prefill", "decode-tiles"):
+        if grid.name in ("paged", "paged-prefill", "decode-tiles", "decode-batches", "decode-batches-check"):
             shapes = paged_shapes(shapes)
     out = [*_overhead(grid), *_memory(grid), *_attention(grid, shapes), *_moe(grid, shapes),
            *_gemm(grid, shapes), *_comm(grid)]

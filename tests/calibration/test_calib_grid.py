@@ -65,7 +65,8 @@ def test_wide_grid_holds_a_control_shape_of_the_full_grid() -> None:
 
 def test_paged_grids_re_time_every_profiled_attention_point_they_name() -> None:
     full = {p.id for p in points(FULL) if p.family == "attention" and "kv" not in p.kwargs}
-    decode, prefill = points(get_grid("paged")), points(get_grid("paged-prefill"))
+    decode = points(get_grid("paged")) + points(get_grid("decode-batches"))
+    prefill = points(get_grid("paged-prefill"))
     assert {p.kwargs["phase"] for p in decode} == {"decode"} and {p.kwargs["mix"] for p in decode} == {"uniform"}
     assert {p.kwargs["phase"] for p in prefill} == {"prefill"}
     # the same point ids as the full grid's rows, so `merge_calibration.py --mode update` replaces them
@@ -74,6 +75,15 @@ def test_paged_grids_re_time_every_profiled_attention_point_they_name() -> None:
                                         and ("mix=uniform" in i or "prefill" in i)}
     study = {(s["hq"], s["hkv"], s["d"]) for s in STUDY_SHAPES["attention"]}
     assert study <= {(p.kwargs["hq"], p.kwargs["hkv"], p.kwargs["d"]) for p in decode}
+
+
+def test_decode_batches_sit_between_the_powers_of_two_and_the_check_between_those() -> None:
+    fitted = {p.kwargs["batch"] for p in points(get_grid("decode-batches"))}
+    check = {p.kwargs["batch"] for p in points(get_grid("decode-batches-check"))}
+    powers = {p.kwargs["batch"] for p in points(get_grid("paged"))}
+    assert fitted == set(FULL.decode_between) and not fitted & powers and not check & (fitted | powers)
+    for b in fitted:  # each between the powers of two on either side of it
+        assert max(x for x in powers if x < b) < b < min(x for x in powers if x > b)
 
 
 def test_msteps_grid_steps_through_the_dispatch_buckets_in_both_dtypes() -> None:
