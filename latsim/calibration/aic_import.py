@@ -12,7 +12,13 @@ What the source never has, and how it is priced (each marked in ``profile.json``
   latsim's own H200 measurements (``h200/memory.parquet``), applied to this GPU's roofline;
 * CUDA-graph replay and per-kernel costs: the H200's ``overheads.json`` (measured here);
 * prefill chunks after a cached prefix, skewed decode batches, fp8 KV: the fitted regressors
-  extrapolate from the measured shapes (the roofline carries the context term).
+  extrapolate from the measured shapes (the roofline carries the context term);
+* decode attention over spread contexts (``decode_spread.json``, :mod:`latsim.costmodel.spread`):
+  the H200's table, copied when the source's decode call is the same FA3 kernel the H200's was
+  probed with (:data:`SPREAD_KERNEL`: the H100 SXM, a Hopper part with the H200's 132 SMs and
+  FA3's split scheduling; the excess is a ratio of spread to equal contexts on one GPU, not a
+  time).  Other decode kernels (FA2, FlashInfer) get none: the model prices their batches at the
+  mean context and says so (``not_measured``).
 
 The source's attention times include the KV-cache write, which latsim prices as its own op:
 :func:`latsim.calibration.aic_adjust.less_kv_write` takes it out (``adjustments`` in
@@ -36,6 +42,7 @@ from latsim.calibration.aic_source import SourceDB, load_source, provenance
 from latsim.calibration.fit import fit_family, fit_frames, fit_profile, model_path, without_floor
 from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.profile.store import PROFILE, load_table, read_json, shipped_profile_dir
+from latsim.costmodel.spread import SPREAD_FILE
 
 FORMATS = ("aiconfigurator",)
 CAPS = {"gemm": 6000, "prefill": 2500, "decode": 4000, "moe": 3000}
@@ -58,6 +65,13 @@ NOT_IN_SOURCE = {
     "decode_skewed": "skewed decode contexts not in the source: uniform rows only (latsim prices decode from uniform)",
     "kv_fp8": "fp8 KV cache rows left out: bf16 KV curves priced on the fp8 roofline",
 }
+SPREAD_KERNEL = "vllm_flash_attn_fa3"
+"""The decode kernel the reference profile's spread table was probed on (``scripts/device_skew_probe.py``)."""
+SPREAD_TRANSFERRED = ("decode attention over spread contexts not in the source: latsim's H200 table "
+                      "(latsim/data/calibration/h200/decode_spread.json, measured here) used as is (transferred: "
+                      "the same FA3 decode call)")
+SPREAD_NONE = ("decode attention over spread contexts not in the source and its decode kernel is not the one "
+               "latsim probed (FA3): batches priced at their mean context")
 
 
 def _write_parquet(path: Path, df: pd.DataFrame) -> None:
@@ -163,6 +177,7 @@ def import_profile(
                               "faster_than_roofline": DROPPED}
     out = Path(out) if out is not None else shipped_profile_dir(device.name)
     out.mkdir(parents=True, exist_ok=True)
+    profile["not_measured"]["decode_spread"] = transfer_spread(out, profile)
     for family, df in tables.items():
         _write_parquet(out / f"{family}.parquet", df)
     atomic_write_text(out / PROFILE, json.dumps(profile, indent=1, default=str) + "\n")
@@ -178,6 +193,24 @@ def import_profile(
     }
     atomic_write_text(out / "fit_report.json", json.dumps(report, indent=1) + "\n")
     return report
+
+
+def transfer_spread(out: Path, profile: dict[str, Any]) -> str:
+    """Write the reference profile's ``decode_spread.json`` into ``out`` (with where it came from)
+    when ``profile``'s decode attention is :data:`SPREAD_KERNEL`, else remove any there; the
+    ``not_measured`` line that says which."""
+    target = out / SPREAD_FILE
+    decode = ((profile.get("selection") or {}).get("attention") or {}).get("decode")
+    if decode != SPREAD_KERNEL:
+        target.unlink(missing_ok=True)
+        return SPREAD_NONE
+    source = shipped_profile_dir(REFERENCE) / SPREAD_FILE
+    data = json.loads(source.read_text())
+    data["transferred"] = {"from": f"latsim/data/calibration/{REFERENCE}/{SPREAD_FILE}",
+                           "sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+                           "why": f"the source's decode attention is {SPREAD_KERNEL}, the call the table was probed on"}
+    atomic_write_text(target, json.dumps(data, indent=1) + "\n")
+    return SPREAD_TRANSFERRED
 
 
 def refit_imported(folder: Path, device: DeviceSpec, families: tuple[str, ...], seed: int = 0) -> dict[str, Any]:

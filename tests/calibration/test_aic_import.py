@@ -6,6 +6,7 @@ Every database here is a small fake written into a tmp folder in the published l
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -15,12 +16,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from latsim.calibration.aic_import import import_profile, refit_imported
+from latsim.calibration.aic_import import (
+    SPREAD_KERNEL,
+    SPREAD_NONE,
+    SPREAD_TRANSFERRED,
+    import_profile,
+    refit_imported,
+    transfer_spread,
+)
 from latsim.calibration.aic_source import load_source
 from latsim.catalog import load_device, load_model
 from latsim.cli import main
 from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.calibrated import load_calibrated
+from latsim.costmodel.profile.store import shipped_profile_dir
+from latsim.costmodel.spread import SPREAD_FILE
 
 SUB = "aic-core/src/aiconfigurator_core/systems/data"
 GPU = "NVIDIA H100 80GB HBM3"
@@ -336,3 +346,26 @@ def test_fit_only_on_an_imported_profile_reproduces_the_import(imported: Path, t
     before = {p.name: p.read_bytes() for p in folder.glob("model_*.json")}
     calibrate_command(device="h100", fit_only=True, profile=folder, console=Console(quiet=True))
     assert {p.name: p.read_bytes() for p in folder.glob("model_*.json")} == before  # import's params, memory kept
+
+
+def test_spread_table_is_transferred_only_with_the_decode_kernel_it_was_probed_on(imported: Path, tmp_path: Path) -> None:
+    prof = json.loads((imported / "profile.json").read_text())
+    assert prof["selection"]["attention"]["decode"] != SPREAD_KERNEL  # the fake source's kernel is another
+    assert not (imported / SPREAD_FILE).exists() and prof["not_measured"]["decode_spread"] == SPREAD_NONE
+    folder = tmp_path / "fa3"
+    shutil.copytree(imported, folder)
+    prof["selection"]["attention"]["decode"] = SPREAD_KERNEL
+    assert transfer_spread(folder, prof) == SPREAD_TRANSFERRED
+    reference = shipped_profile_dir("h200") / SPREAD_FILE
+    written = json.loads((folder / SPREAD_FILE).read_text())
+    assert written["transferred"]["sha256"] == hashlib.sha256(reference.read_bytes()).hexdigest()
+    assert written["tables"] == json.loads(reference.read_text())["tables"]
+    cm = load_calibrated(load_model("llama-3.1-8b"), load_device("h100"), profile=folder)
+    assert cm.describe()["decode_spread"]["source"] == str(folder / SPREAD_FILE)  # type: ignore[index]
+    equal = BatchShape.from_chunks([], [4000] * 32)
+    spread = BatchShape.from_chunks([], [1000] * 16 + [7000] * 16)
+    assert cm.step_time(spread) > cm.step_time(equal)  # same total context, spread costs more
+    prof["selection"]["attention"]["decode"] = "vllm_flash_attn"  # FA2: the table does not describe it
+    assert transfer_spread(folder, prof) == SPREAD_NONE and not (folder / SPREAD_FILE).exists()
+    plain = load_calibrated(load_model("llama-3.1-8b"), load_device("h100"), profile=folder)
+    assert plain.step_time(spread) == pytest.approx(plain.step_time(equal), rel=1e-9)
