@@ -348,7 +348,9 @@ def test_fit_only_on_an_imported_profile_reproduces_the_import(imported: Path, t
     assert {p.name: p.read_bytes() for p in folder.glob("model_*.json")} == before  # import's params, memory kept
 
 
-def test_spread_table_is_transferred_only_with_the_decode_kernel_it_was_probed_on(imported: Path, tmp_path: Path) -> None:
+def test_spread_table_is_transferred_only_with_the_decode_kernel_it_was_probed_on(
+    imported: Path, tmp_path: Path
+) -> None:
     prof = json.loads((imported / "profile.json").read_text())
     assert prof["selection"]["attention"]["decode"] != SPREAD_KERNEL  # the fake source's kernel is another
     assert not (imported / SPREAD_FILE).exists() and prof["not_measured"]["decode_spread"] == SPREAD_NONE
