@@ -78,8 +78,9 @@ class GridSpec:
     """Sliding window of every attention point (0: none, and the point does not name one)."""
     decode_between: tuple[int, ...] = ()
     """Decode batch sizes between :attr:`decode_batch`'s, timed in the uniform mix only: FA3's
-    decode call does not cost the same between powers of two (its splits and waves over the SMs
-    change with the batch), so the regressor needs points there (``decode-batches``)."""
+    decode call steps between powers of two (its splits and waves over the SMs change with the
+    batch; ``decode-batches``).  Not in the full grid: fitted on the H200's rows, they made the
+    held-out live levels worse (``data/kernels/README.md``)."""
     fp8kv_configs: int = 0
     """The first n head configurations (most-used first) are also timed over an fp8 KV cache
     (prefill, and decode in the uniform mix the cost model prices from)."""
@@ -103,7 +104,7 @@ FULL = GridSpec(
                    ("silu_mul", (768, 1536, 3584, 7168, 14336, 28672)), ("copy", (1024, 4096, 16384, 65536))),
     moe_stride=1, moe_tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
     overhead_kernels=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), comm_world=(2, 4, 8), comm_bytes=_pow2(12, 28, 1),
-    gemm_int4_stride=4, fp8kv_configs=7, decode_between=(3, 6, 12, 24, 48, 96, 192, 384, 768),
+    gemm_int4_stride=4, fp8kv_configs=7,
 )
 
 QUICK = GridSpec(
@@ -164,18 +165,18 @@ FA3 walks a sequence's keys in tiles of a fixed number of tokens and pays a tile
 time steps at the tile's multiples, which the other grids' powers of two all sit on
 (``latsim.costmodel.profile.tiles`` reads the tile from these rows)."""
 
-DECODE_BATCHES = replace(PAGED, name="decode-batches", decode_batch=(), decode_between=FULL.decode_between,
-                         fp8kv_configs=7)
-"""Decode attention over the paged cache at the batch sizes between the powers of two
-(:attr:`GridSpec.decode_between`: 3, 6, 12, ... 768), every context of the full grid, over
-:data:`PAGED`'s head shapes (the seven most used also over an fp8 cache): the same call
-costs up to 13 % more at 6 or 24 sequences than the powers of two on either side predict
-(``data/kernels/README.md``).  Merged into the profile's attention rows (``--mode append``)."""
+DECODE_BATCHES = replace(PAGED, name="decode-batches", decode_batch=(), decode_between=(3, 6, 12, 24, 48, 96, 192, 384,
+                                                                                        768), fp8kv_configs=7)
+"""Decode attention over the paged cache at batch sizes between the powers of two (3, 6, 12, ...
+768: :attr:`GridSpec.decode_between`), every context of the full grid, over :data:`PAGED`'s head
+shapes (the seven most used also over an fp8 cache): the same call steps with FA3's splits and
+waves, up to 1.5x between neighbouring powers of two (``data/kernels/README.md``).  A diagnostic
+(``scripts/decode_batches_check.py``), not merged into the shipped profile."""
 
 DECODE_BATCHES_CHECK = replace(DECODE_BATCHES, name="decode-batches-check",
                                decode_between=(5, 10, 20, 40, 80, 160, 320))
-"""Batch sizes between those of :data:`DECODE_BATCHES` (5, 10, ... 320), never fitted: how well
-the regressor prices a batch no grid times (``scripts/decode_batches_check.py``)."""
+"""Batch sizes between those of :data:`DECODE_BATCHES` (5, 10, ... 320): how well a regressor
+prices a batch no grid times (``scripts/decode_batches_check.py``)."""
 
 PAGED_PREFILL = replace(SHAPES, name="paged-prefill", decode_configs=0)
 """Prefill attention over the paged cache (``attention.py``), the full grid's prefill axes over the
