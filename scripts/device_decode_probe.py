@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from latsim.calibration.attention import PAGE, _flash_paged, _paged, block_table, pages_of
+from latsim.calibration.attention import PAGE, block_table, pages_of, time_paged_decode
 from latsim.calibration.context import make_context
 
 SHAPES = {"llama-8b": (32, 8, 128), "qwen-7b": (28, 4, 128), "phi-3": (32, 32, 96), "hd64": (32, 8, 64),
@@ -65,14 +65,9 @@ def scatter(ctx: Any, c: dict[str, Any], k_lens: list[int], hkv: int, d: int) ->
 def time_call(ctx: Any, heads: tuple[int, int, int], k_lens: list[int], scattered: bool = False) -> dict[str, float]:
     """The grid's paged FA3 decode call over ``k_lens`` (blocks ``scattered`` over an engine-sized
     cache or not): median and p10/p90 microseconds, repetitions."""
-    hq, hkv, d = heads
-    c = _paged(ctx, [1] * len(k_lens), k_lens, hq, hkv, d)
-    if scattered:
-        c = scatter(ctx, c, k_lens, hkv, d)
-    t = ctx.timer.time(lambda i: _flash_paged(ctx, c))
-    c.clear()
-    ctx.clear()
-    return {"us": t.median_s * 1e6, "p10_us": t.p10_s * 1e6, "p90_us": t.p90_s * 1e6, "reps": t.reps}
+    hkv, d = heads[1], heads[2]
+    prepare = (lambda c: scatter(ctx, c, k_lens, hkv, d)) if scattered else None
+    return time_paged_decode(ctx, heads, k_lens, prepare)
 
 
 def staircase(ctx: Any) -> list[dict[str, Any]]:

@@ -1,170 +1,26 @@
-"""Fit decode attention's spread table from the skew probe and write it beside the profile.
+"""Fit decode attention's spread table from a skew-probe folder and write it beside the profile.
 
     python scripts/fit_decode_spread.py data/kernels/h200-skew-probe \
         --profile latsim/data/calibration/h200 [--write]
 
-Reads ``skew_grid.json`` (``scripts/device_skew_probe.py --grid``): pairs of decode calls, one
-over spread contexts and one over equal contexts of the same total, timed back to back.  Each
-pair's excess is ``spread / equal - 1``.  The model (:mod:`latsim.costmodel.spread`):
-``excess(units, ctx) x min(1, cv / cv_full)``, ``units`` = sequences x KV heads.
-
-- ``excess``: on knots at the powers of two of ``units`` the grid covers and at its mean
-  contexts, the median over the ``grid`` pairs (three head shapes, two draws, sigma 0.8) whose
-  ``log2(units)`` rounds to the knot, each pair's excess divided by its share of the full spread;
-  an empty cell takes its nearest filled neighbour along the context axis, then the units axis;
-- ``cv_full``: the value (on a 0.05 grid) that minimises the squared error of the modelled
-  ratio over the ``sigma`` pairs (sigma 0.05-1.2); the two are fitted in turn until ``cv_full``
-  stops moving.
-
-Reported, not fitted on: the ``skew_probe.json`` cases of the same folder (five head shapes,
-batches 1-96, contexts drawn as long-prompt serving draws them): their measured against
-modelled ratio.  Without ``--write`` it prints the fit; with it, writes
-``<profile>/decode_spread.json`` (atomically) with the table, the fit's residuals and the
-sources' sha256.
+The fit is :mod:`latsim.calibration.spread_fit` (its module note says how); the folder holds
+``skew_grid.json`` (``scripts/device_skew_probe.py --grid``, or ``latsim calibrate``'s probe) and,
+when present, the held-out ``skew_probe.json``.  Without ``--write`` it prints the fit; with it,
+writes ``<profile>/decode_spread.json`` (atomically) with the table, the fit's residuals, the
+sources' sha256 and this command.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import math
 import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from latsim.atomic import atomic_write_text
-from latsim.costmodel.spread import SPREAD_FILE, DecodeSpread, KvTable
-
-CV_GRID = tuple(round(0.05 * i, 2) for i in range(1, 31))
-
-
-def load_pairs(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    data = json.loads(path.read_text())
-    return data["cases"], data["shapes"]
-
-
-def units_of(case: dict[str, Any], shapes: dict[str, Any]) -> int:
-    return int(case["batch"]) * int(shapes[case["shape"]][1])
-
-
-def ratio_of(case: dict[str, Any]) -> float:
-    """The spread call's time over the equal call's."""
-    return float(case["us"]) / float(case["equal_us"])
-
-
-def share(cv: float, cv_full: float) -> float:
-    return min(1.0, cv / cv_full)
-
-
-Table = tuple[list[int], list[int], list[list[float]]]
-Cases = list[dict[str, Any]]
-
-
-def table(grid: list[dict[str, Any]], shapes: dict[str, Any], cv_full: float) -> Table:
-    """Knots and the median excess per cell (see the module note) of the cases in ``grid``."""
-    cells: dict[tuple[int, int], list[float]] = {}
-    for case in grid:
-        u = 2 ** round(math.log2(units_of(case, shapes)))
-        c = 2 ** round(math.log2(case["mean"]))
-        cells.setdefault((u, c), []).append((ratio_of(case) - 1.0) / share(case["cv"], cv_full))
-    units = sorted({u for u, _ in cells})
-    ctxs = sorted({c for _, c in cells})
-    rows: list[list[float | None]] = [[float(np.median(cells[(u, c)])) if (u, c) in cells else None for c in ctxs]
-                                      for u in units]
-    return units, ctxs, _filled(rows)
-
-
-def _filled(rows: list[list[float | None]]) -> list[list[float]]:
-    """Empty cells from the nearest filled one in their row, then in their column."""
-    def nearest(values: list[float | None], i: int) -> float | None:
-        order = sorted(range(len(values)), key=lambda j: (abs(j - i), j))
-        return next((values[j] for j in order if values[j] is not None), None)
-
-    rows = [[v if v is not None else nearest(r, j) for j, v in enumerate(r)] for r in rows]
-    cols = list(zip(*rows, strict=True))
-    out = [[v if v is not None else nearest(list(cols[j]), i) for j, v in enumerate(r)] for i, r in enumerate(rows)]
-    if any(v is None for r in out for v in r):
-        raise SystemExit("the grid leaves a whole row and column of the spread table empty")
-    return [[float(v) for v in r if v is not None] for r in out]
-
-
-def kv_tables(grid: list[dict[str, Any]], shapes: dict[str, Any], cv_full: float, per_kv: bool) -> dict[int, Table]:
-    """One table per KV-head count the grid measured (``per_kv``), or one over every head shape
-    (filed under the smallest count; :meth:`DecodeSpread.table_for` gives it to every count)."""
-    heads = sorted({int(shapes[c["shape"]][1]) for c in grid})
-    if not per_kv:
-        return {heads[0]: table(grid, shapes, cv_full)}
-    return {h: table([c for c in grid if int(shapes[c["shape"]][1]) == h], shapes, cv_full) for h in heads}
-
-
-def model_of(tables: dict[int, Table], cv_full: float, source: str) -> DecodeSpread:
-    return DecodeSpread(tuple(KvTable(h, tuple(float(u) for u in units), tuple(float(c) for c in ctxs),
-                                      tuple(tuple(r) for r in rows)) for h, (units, ctxs, rows) in tables.items()),
-                        cv_full, source)
-
-
-def modelled(spread: DecodeSpread, case: dict[str, Any], shapes: dict[str, Any]) -> float:
-    lens = [int(x) for x in case["lens"]]
-    kv_heads = int(shapes[case["shape"]][1])
-    return spread.factor(len(lens), kv_heads, float(sum(lens)), float(sum(x * x for x in lens)))
-
-
-def fit(cases: Cases, shapes: dict[str, Any], per_kv: bool = False) -> tuple[DecodeSpread, dict[str, Any]]:
-    """The spread model fitted on the ``grid`` and ``sigma`` pairs (see the module note)."""
-    grid = [c for c in cases if c.get("case") == "grid"]
-    sweep = [c for c in cases if c.get("case") == "sigma"]
-    if not grid or not sweep:
-        raise SystemExit("skew_grid.json needs both 'grid' and 'sigma' cases (device_skew_probe.py --grid)")
-    cv_full, seen = 0.5, set()
-    while cv_full not in seen:
-        seen.add(cv_full)
-        tables = kv_tables(grid, shapes, cv_full, per_kv)
-        errors = {}
-        for cand in CV_GRID:
-            s = model_of(tables, cand, "fit")
-            errors[cand] = sum((modelled(s, c, shapes) - ratio_of(c)) ** 2 for c in sweep)
-        cv_full = min(errors, key=lambda k: (errors[k], k))
-    spread = model_of(kv_tables(grid, shapes, cv_full, per_kv), cv_full, "fit")
-    return spread, {"per_kv_heads": per_kv, "grid_pairs": len(grid), "sigma_pairs": len(sweep),
-                    "grid": residuals(spread, grid, shapes), "sigma": residuals(spread, sweep, shapes)}
-
-
-def residuals(spread: DecodeSpread, cases: list[dict[str, Any]], shapes: dict[str, Any]) -> dict[str, float]:
-    """Median |modelled - measured| of the ratio, and the same for pricing every batch as equal."""
-    if not cases:
-        return {"cases": 0}
-    meas = np.array([ratio_of(c) for c in cases])
-    mod = np.array([modelled(spread, c, shapes) for c in cases])
-    return {"cases": len(cases), "median_abs_error": round(float(np.median(np.abs(mod - meas))), 4),
-            "median_abs_error_equal": round(float(np.median(np.abs(1.0 - meas))), 4),
-            "median_measured": round(float(np.median(meas)), 4), "median_modelled": round(float(np.median(mod)), 4)}
-
-
-def held_out_choice(cases: Cases, shapes: dict[str, Any], held: Path) -> tuple[DecodeSpread, dict[str, Any]]:
-    """The pooled table, or one per KV-head count where that prices the held-out serving cases
-    better (median |error|), with both fits' held-out residuals in the report."""
-    hcases, hshapes = load_pairs(held)
-    serving = [c for c in hcases if c["spread"] != "onelong"]
-    onelong = [c for c in hcases if c["spread"] == "onelong"]
-    fits = {per_kv: fit(cases, shapes, per_kv) for per_kv in (False, True)}
-    for spread, report in fits.values():
-        report["held_out_serving"] = residuals(spread, serving, hshapes)
-        report["held_out_onelong"] = residuals(spread, onelong, hshapes)
-    errors = {k: r["held_out_serving"]["median_abs_error"] for k, (_, r) in fits.items()}
-    chosen = min(errors, key=lambda k: (errors[k], k))
-    spread, report = fits[chosen]
-    report["held_out_serving_per_kv_heads"] = fits[True][1]["held_out_serving"]
-    report["held_out_serving_pooled"] = fits[False][1]["held_out_serving"]
-    return spread, report
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+from latsim.calibration.spread_fit import document, fit_probe_folder, write_spread
+from latsim.costmodel.spread import SPREAD_FILE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,26 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", type=Path, default=Path("latsim/data/calibration/h200"))
     p.add_argument("--write", action="store_true", help=f"write <profile>/{SPREAD_FILE}")
     args = p.parse_args(argv)
-    grid_path = args.folder / "skew_grid.json"
-    if not grid_path.is_file():
-        print(f"error: {grid_path} not found (run scripts/device_skew_probe.py --grid)", file=sys.stderr)
-        return 2
-    cases, shapes = load_pairs(grid_path)
-    sources = {str(grid_path): sha256(grid_path)}
-    held = args.folder / "skew_probe.json"
-    spread, report = fit(cases, shapes)
-    if held.is_file():
-        spread, report = held_out_choice(cases, shapes, held)
-        sources[str(held)] = sha256(held)
     command = " ".join(["python", "scripts/fit_decode_spread.py", *(sys.argv[1:] if argv is None else argv)])
-    provenance = {"command": command, "commit": _commit(), "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                  "sources": sources}
-    out = {"tables": [{"kv_heads": t.kv_heads, "unit_knots": list(t.unit_knots), "ctx_knots": list(t.ctx_knots),
-                       "excess": [[round(v, 4) for v in r] for r in t.excess]} for t in spread.tables],
-           "cv_full": spread.cv_full, "fit": report, "provenance": provenance}
+    provenance = {"command": command, "commit": _commit(), "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    try:
+        if args.write:
+            out = write_spread(args.folder, args.profile, provenance)
+        else:
+            spread, report, sources = fit_probe_folder(args.folder)
+            out = document(spread, report, {**provenance, "sources": sources})
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps({k: out[k] for k in ("tables", "cv_full", "fit")}, indent=1))
     if args.write:
-        atomic_write_text(args.profile / SPREAD_FILE, json.dumps(out, indent=1) + "\n")
         print(f"wrote {args.profile / SPREAD_FILE}")
     return 0
 

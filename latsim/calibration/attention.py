@@ -35,6 +35,7 @@ values in float8_e4m3, unit per-sequence, per-KV-head descales, bf16 output:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -238,6 +239,20 @@ def _flash_paged(ctx: BenchContext, c: dict[str, Any]) -> Any:
                                   max_seqlen_k=c["max_k"], seqused_k=c["lens"], causal=True,
                                   window_size=c["window"], block_table=c["table"], scheduler_metadata=c["sched"],
                                   num_splits=c["splits"], out=c.get("out"), fa_version=3, **c["descale"])
+
+
+def time_paged_decode(ctx: BenchContext, heads: tuple[int, int, int], k_lens: list[int],
+                      prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, float]:
+    """The grid's paged FA3 decode call over contexts ``k_lens`` (``prepare`` may rework the batch
+    first, e.g. scatter its blocks): median, p10 and p90 microseconds and the repetitions."""
+    hq, hkv, d = heads
+    c = _paged(ctx, [1] * len(k_lens), k_lens, hq, hkv, d)
+    if prepare is not None:
+        c = prepare(c)
+    t = ctx.timer.time(lambda i: _flash_paged(ctx, c))
+    c.clear()
+    ctx.clear()
+    return {"us": t.median_s * 1e6, "p10_us": t.p10_s * 1e6, "p90_us": t.p90_s * 1e6, "reps": t.reps}
 
 
 def _probed(ctx: BenchContext, key: str, check: Any) -> bool:

@@ -115,6 +115,7 @@ def _measure(folder: Path, spec: DeviceSpec | None, backend: str, quick: bool, r
     prof = _run_grid(req, console)
     if grid == "full" and any("paged" in str(i) for i in (prof.get("impl") or {}).get("attention") or []):
         _measure_tiles(folder, req, console)
+        _measure_spread(folder, resume, console)
     return prof
 
 
@@ -154,6 +155,24 @@ def _measure_tiles(folder: Path, req: RunRequest, console: Console) -> None:
         f.write(rows)
 
     atomic_write(shard_path(folder, TILES_TABLE), fill)
+
+
+def _measure_spread(folder: Path, resume: bool, console: Console) -> None:
+    """Time the spread probe (:mod:`latsim.calibration.spread_probe`) into ``folder``'s
+    ``skew_grid.json``, which the fit turns into ``decode_spread.json``; kept when resuming a
+    folder that has it (the probe runs whole: about 40 s)."""
+    from latsim.calibration.context import make_context
+    from latsim.calibration.progress import spread_display
+    from latsim.calibration.spread_probe import SKEW_GRID_FILE, device_time_call, plan, run_spread_probe
+
+    path = folder / SKEW_GRID_FILE
+    if resume and path.is_file():
+        console.print(f"spread probe: kept {path}")
+        return
+    ctx = make_context("cuda")
+    with spread_display(console, len(plan())) as advance:
+        run_spread_probe(path, device_time_call(ctx), ctx.torch.cuda.get_device_name(0), on_case=advance)
+    console.print(f"spread probe: {len(plan())} pairs -> {path}")
 
 
 def _fit(folder: Path | None, device: str, console: Console) -> dict[str, Any]:

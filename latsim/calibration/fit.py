@@ -17,6 +17,9 @@ cost model adds the per-kernel graph cost separately.  ``fit_report.json`` recor
 Rows timed as graph replays (``timer`` = ``cuda-graph``: :class:`~latsim.calibration.timing.GraphTimer`)
 carry no event floor but the gap between two kernels of a graph, which the cost model adds per
 kernel: they are fitted as ``max(median - graph_per_kernel_s, median / 2)``.
+
+A folder holding the spread probe (``skew_grid.json``, :mod:`latsim.calibration.spread_probe`)
+also gets its decode-spread table (``decode_spread.json``, :func:`fit_spread`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from latsim.calibration import attention, fit_fixed
+from latsim.calibration.spread_probe import SKEW_GRID_FILE
 from latsim.calibration.timing import GraphTimer
 from latsim.calibration.unchanged import save_if_changed, write_json_if_changed
 from latsim.catalog.devices import DeviceSpec
@@ -170,6 +174,19 @@ def without_floor(df: pd.DataFrame, floor_s: float, graph_gap_s: float = 0.0) ->
     return df.assign(median_s=np.maximum(med - less, 0.5 * med))
 
 
+def fit_spread(folder: Path, out: Path) -> dict[str, Any]:
+    """Fit ``folder``'s spread probe into ``out/decode_spread.json`` (left alone when the same);
+    the fit's summary for the report."""
+    from latsim.calibration.spread_fit import document, fit_probe_folder
+    from latsim.costmodel.spread import SPREAD_FILE
+
+    spread, rep, sources = fit_probe_folder(folder)
+    provenance = {"command": "latsim calibrate (latsim.calibration.fit.fit_spread)",
+                  "sources": {Path(k).name: v for k, v in sources.items()}}
+    write_json_if_changed(out / SPREAD_FILE, document(spread, rep, provenance))
+    return {"file": SPREAD_FILE, "cv_full": spread.cv_full, "grid": rep["grid"], "sigma": rep["sigma"]}
+
+
 def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed: int = 0,
                 params: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fit every family found in ``folder``; write models and ``fit_report.json`` to ``out`` (default: ``folder``).
@@ -195,5 +212,7 @@ def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed:
         save_if_changed(model_path(out, family), model.get_booster().save_model)
         report["families"][family] = rep
     report["families"].update(fixed)
+    if (folder / SKEW_GRID_FILE).is_file():
+        report["decode_spread"] = fit_spread(folder, out)
     write_json_if_changed(out / "fit_report.json", report)  # a re-fit of the same tables leaves it alone
     return report

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -54,6 +56,19 @@ class RunDisplay:
         self.family = ""
         if self.progress is not None:
             self.progress.stop()
+
+
+@contextmanager
+def spread_display(console: Console, total: int) -> Iterator[Callable[[Any], None]]:
+    """A bar over ``total`` spread-probe pairs when the output is a terminal (else nothing until
+    the end); yields the callback to call once per timed pair."""
+    if not sys.stdout.isatty():
+        yield lambda _case: None
+        return
+    with Progress(TextColumn("spread probe"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task("spread", total=total)
+        yield lambda _case: progress.update(task, advance=1)
 
 
 def timing_table(profile: dict[str, Any], title: str) -> Table:

@@ -138,16 +138,19 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, impl: str) -> list[object]:
     return calls
 
 
-def test_a_full_calibration_also_times_the_tile_sweeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_calibration_also_times_the_tile_sweeps_and_the_spread_probe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rich.console import Console
 
     from latsim.calibration import cli as calib_cli
     from latsim.calibration.fit import TILES_TABLE
 
     calls = _fake_runs(monkeypatch, "vllm-fa3-paged")
+    monkeypatch.setattr(calib_cli, "_measure_spread", lambda folder, resume, console: calls.append("spread"))
     calib_cli._measure(tmp_path, load_device("h200"), "cuda", False, True, Console(quiet=True))
-    assert [(c.grid, c.families) for c in calls] == [("full", calls[0].families),  # type: ignore[attr-defined]
-                                                     ("decode-tiles", ("attention",))]
+    assert [(c.grid, c.families) for c in calls[:2]] == [("full", calls[0].families),  # type: ignore[attr-defined]
+                                                         ("decode-tiles", ("attention",))]
+    assert calls[2:] == ["spread"]  # then the spread probe (tests/calibration/test_spread_probe.py)
     assert calls[1].out == tmp_path / "decode-tiles"  # type: ignore[attr-defined]
     assert [t["tile"] for t in decode_tiles(pd.read_parquet(shard_path(tmp_path, TILES_TABLE)))] == [128]
 
@@ -161,8 +164,9 @@ def test_no_tile_sweeps_after_a_quick_grid_or_without_the_paged_kernel(tmp_path:
     from latsim.calibration.fit import TILES_TABLE
 
     calls = _fake_runs(monkeypatch, impl)
+    monkeypatch.setattr(calib_cli, "_measure_spread", lambda folder, resume, console: calls.append("spread"))
     calib_cli._measure(tmp_path, load_device("h200"), "cuda", quick, True, Console(quiet=True))
-    assert len(calls) == 1 and not shard_path(tmp_path, TILES_TABLE).exists()
+    assert len(calls) == 1 and not shard_path(tmp_path, TILES_TABLE).exists()  # no tiles, no spread probe
 
 
 def test_block_table_hands_each_sequence_its_pages_in_order() -> None:

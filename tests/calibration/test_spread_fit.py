@@ -1,4 +1,4 @@
-"""scripts/fit_decode_spread.py: the spread table and cv_full recovered from probe pairs."""
+"""The spread table and cv_full recovered from probe pairs (latsim.calibration.spread_fit and its script)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from latsim.calibration import spread_fit
 from latsim.costmodel.spread import SPREAD_FILE, load_decode_spread
 from tests.script_module import load_script
 
@@ -47,8 +48,8 @@ def probe_folder(tmp: Path, held_out: bool = True) -> Path:
 
 
 def test_the_fit_recovers_the_table_and_the_spread_it_takes(tmp_path: Path) -> None:
-    cases, shapes = fit.load_pairs(probe_folder(tmp_path) / "skew_grid.json")
-    spread, report = fit.fit(cases, shapes)
+    cases, shapes = spread_fit.load_pairs(probe_folder(tmp_path) / "skew_grid.json")
+    spread, report = spread_fit.fit(cases, shapes)
     assert spread.cv_full == pytest.approx(CV_FULL, abs=0.051)
     table = spread.table_for(8)
     assert table.excess_at(16, 2048) == pytest.approx(0.0, abs=0.01)
