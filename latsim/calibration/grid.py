@@ -165,8 +165,8 @@ FA3 walks a sequence's keys in tiles of a fixed number of tokens and pays a tile
 time steps at the tile's multiples, which the other grids' powers of two all sit on
 (``latsim.costmodel.profile.tiles`` reads the tile from these rows)."""
 
-DECODE_BATCHES = replace(PAGED, name="decode-batches", decode_batch=(), decode_between=(3, 6, 12, 24, 48, 96, 192, 384,
-                                                                                        768), fp8kv_configs=7)
+DECODE_BATCHES = replace(PAGED, name="decode-batches", decode_batch=(),
+                         decode_between=(3, 6, 12, 24, 48, 96, 192, 384, 768), fp8kv_configs=7)
 """Decode attention over the paged cache at batch sizes between the powers of two (3, 6, 12, ...
 768: :attr:`GridSpec.decode_between`), every context of the full grid, over :data:`PAGED`'s head
 shapes (the seven most used also over an fp8 cache): the same call steps with FA3's splits and
