@@ -110,7 +110,7 @@ def test_the_shipped_h200_profile_prices_a_spread_long_context_batch_above_an_eq
 
 
 def test_profiles_without_spread_data_price_as_before() -> None:
-    cm = load_calibrated(load_model("llama-3.1-8b"), load_device("h100"))
+    cm = load_calibrated(load_model("llama-3.1-8b"), load_device("a100"))  # imported, FA2: no table
     assert cm.spread is None
     contexts = long_prompt_batch(16, 5000)
     assert cm.step_time(BatchShape.from_chunks([], contexts)) == cm.step_time(
@@ -132,4 +132,6 @@ def test_a_decode_run_with_spread_contexts_equals_its_steps_bitwise(model: str) 
 def test_the_prediction_names_the_spread_table_it_used() -> None:
     h200 = load_calibrated(load_model("llama-3.1-8b"), load_device("h200")).describe()
     assert str(h200["decode_spread"]["source"]).endswith(SPREAD_FILE)
-    assert load_calibrated(load_model("llama-3.1-8b"), load_device("h100")).describe()["decode_spread"] is None
+    h100 = load_calibrated(load_model("llama-3.1-8b"), load_device("h100")).describe()  # the H200's, transferred
+    assert str(h100["decode_spread"]["source"]).endswith(f"h100/{SPREAD_FILE}")
+    assert load_calibrated(load_model("llama-3.1-8b"), load_device("a100")).describe()["decode_spread"] is None
