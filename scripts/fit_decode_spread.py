@@ -19,7 +19,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from latsim.calibration.spread_fit import document, fit_probe_folder, write_spread
+from latsim.calibration.spread_fit import document
+from latsim.calibration.unchanged import write_json_if_changed
 from latsim.costmodel.spread import SPREAD_FILE
 
 
@@ -32,16 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python", "scripts/fit_decode_spread.py", *(sys.argv[1:] if argv is None else argv)])
     provenance = {"command": command, "commit": _commit(), "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     try:
-        if args.write:
-            out = write_spread(args.folder, args.profile, provenance)
-        else:
-            spread, report, sources = fit_probe_folder(args.folder)
-            out = document(spread, report, {**provenance, "sources": sources})
+        out = document(args.folder, provenance)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps({k: out[k] for k in ("tables", "cv_full", "fit")}, indent=1))
     if args.write:
+        write_json_if_changed(args.profile / SPREAD_FILE, out)
         print(f"wrote {args.profile / SPREAD_FILE}")
     return 0
 

@@ -169,10 +169,10 @@ def _measure_spread(folder: Path, resume: bool, console: Console) -> None:
     if resume and path.is_file():
         console.print(f"spread probe: kept {path}")
         return
-    ctx = make_context("cuda")
-    with spread_display(console, len(plan())) as advance:
+    ctx, pairs = make_context("cuda"), len(plan())
+    with spread_display(console, pairs) as advance:
         run_spread_probe(path, device_time_call(ctx), ctx.torch.cuda.get_device_name(0), on_case=advance)
-    console.print(f"spread probe: {len(plan())} pairs -> {path}")
+    console.print(f"spread probe: {pairs} pairs -> {path}")
 
 
 def _fit(folder: Path | None, device: str, console: Console) -> dict[str, Any]:

@@ -177,14 +177,12 @@ def without_floor(df: pd.DataFrame, floor_s: float, graph_gap_s: float = 0.0) ->
 def fit_spread(folder: Path, out: Path) -> dict[str, Any]:
     """Fit ``folder``'s spread probe into ``out/decode_spread.json`` (left alone when the same);
     the fit's summary for the report."""
-    from latsim.calibration.spread_fit import document, fit_probe_folder
+    from latsim.calibration.spread_fit import document
     from latsim.costmodel.spread import SPREAD_FILE
 
-    spread, rep, sources = fit_probe_folder(folder)
-    provenance = {"command": "latsim calibrate (latsim.calibration.fit.fit_spread)",
-                  "sources": {Path(k).name: v for k, v in sources.items()}}
-    write_json_if_changed(out / SPREAD_FILE, document(spread, rep, provenance))
-    return {"file": SPREAD_FILE, "cv_full": spread.cv_full, "grid": rep["grid"], "sigma": rep["sigma"]}
+    doc = document(folder, {"command": "latsim calibrate (latsim.calibration.fit.fit_spread)"}, source_names=True)
+    write_json_if_changed(out / SPREAD_FILE, doc)
+    return {"file": SPREAD_FILE, "cv_full": doc["cv_full"], "grid": doc["fit"]["grid"], "sigma": doc["fit"]["sigma"]}
 
 
 def fit_profile(folder: Path, device: DeviceSpec, out: Path | None = None, seed: int = 0,

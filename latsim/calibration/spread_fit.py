@@ -16,9 +16,9 @@ pair's excess is ``spread / equal - 1``.  The model: ``excess(units, ctx) x min(
 With a held-out file (``skew_probe.json`` of ``scripts/device_skew_probe.py``: five head shapes,
 batches 1-96, contexts drawn as long-prompt serving draws them) the table is the pooled one
 unless one per KV-head count prices those cases better, and both fits' residuals on them are
-reported.  :func:`write_spread` writes ``decode_spread.json`` (atomically) with the table, the
-fit's residuals and the sources' sha256; ``latsim calibrate`` calls it after the regressors when
-the profile folder holds the probe.
+reported.  :func:`document` is ``decode_spread.json``'s contents: the table, the fit's residuals
+and the sources' sha256; ``latsim calibrate`` writes it after the regressors when the profile
+folder holds the probe (:func:`latsim.calibration.fit.fit_spread`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from latsim.atomic import atomic_write_text
 from latsim.calibration.spread_probe import SKEW_GRID_FILE
-from latsim.costmodel.spread import SPREAD_FILE, DecodeSpread, KvTable
+from latsim.costmodel.spread import DecodeSpread, KvTable
 
 HELD_OUT_FILE = "skew_probe.json"
 
@@ -168,11 +167,16 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def document(spread: DecodeSpread, report: dict[str, Any], provenance: dict[str, Any]) -> dict[str, Any]:
-    """The ``decode_spread.json`` contents (what :func:`latsim.costmodel.spread.load_decode_spread` reads)."""
+def document(probe_folder: Path, provenance: dict[str, Any], source_names: bool = False) -> dict[str, Any]:
+    """The ``decode_spread.json`` contents (what :func:`latsim.costmodel.spread.load_decode_spread`
+    reads) fitted on ``probe_folder``'s probe: the table, the fit's report and ``provenance`` with
+    the sources' sha256, each source named by its path, or by its file name (``source_names``)."""
+    spread, report, sources = fit_probe_folder(probe_folder)
+    if source_names:
+        sources = {Path(k).name: v for k, v in sources.items()}
     return {"tables": [{"kv_heads": t.kv_heads, "unit_knots": list(t.unit_knots), "ctx_knots": list(t.ctx_knots),
                         "excess": [[round(v, 4) for v in r] for r in t.excess]} for t in spread.tables],
-            "cv_full": spread.cv_full, "fit": report, "provenance": provenance}
+            "cv_full": spread.cv_full, "fit": report, "provenance": {**provenance, "sources": sources}}
 
 
 def fit_probe_folder(folder: Path) -> tuple[DecodeSpread, dict[str, Any], dict[str, str]]:
@@ -191,12 +195,3 @@ def fit_probe_folder(folder: Path) -> tuple[DecodeSpread, dict[str, Any], dict[s
     else:
         spread, report = fit(cases, shapes)
     return spread, report, sources
-
-
-def write_spread(probe_folder: Path, profile: Path, provenance: dict[str, Any]) -> dict[str, Any]:
-    """Fit ``probe_folder``'s probe and write ``profile/decode_spread.json``; returns what was written
-    (``provenance`` gains the sources)."""
-    spread, report, sources = fit_probe_folder(probe_folder)
-    out = document(spread, report, {**provenance, "sources": sources})
-    atomic_write_text(profile / SPREAD_FILE, json.dumps(out, indent=1) + "\n")
-    return out

@@ -12,7 +12,7 @@ one over contexts drawn log-normal and, right after, one over equal contexts of 
   takes to pay the whole excess).
 
 :func:`run_spread_probe` writes them as ``skew_grid.json`` (atomically), which
-:func:`latsim.calibration.spread_fit.write_spread` fits into ``decode_spread.json``.  About 40 s
+:func:`latsim.calibration.spread_fit.document` fits into ``decode_spread.json``.  About 40 s
 on an H200 (296 pairs).  ``latsim calibrate`` runs it after a full grid whose decode attention
 ran over vLLM's paged cache, and the fit after the regressors.
 """

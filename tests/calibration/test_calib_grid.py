@@ -65,8 +65,7 @@ def test_wide_grid_holds_a_control_shape_of_the_full_grid() -> None:
 
 def test_paged_grids_re_time_every_profiled_attention_point_they_name() -> None:
     full = {p.id for p in points(FULL) if p.family == "attention" and "kv" not in p.kwargs}
-    decode = points(get_grid("paged"))
-    prefill = points(get_grid("paged-prefill"))
+    decode, prefill = points(get_grid("paged")), points(get_grid("paged-prefill"))
     assert {p.kwargs["phase"] for p in decode} == {"decode"} and {p.kwargs["mix"] for p in decode} == {"uniform"}
     assert {p.kwargs["phase"] for p in prefill} == {"prefill"}
     # the same point ids as the full grid's rows, so `merge_calibration.py --mode update` replaces them
