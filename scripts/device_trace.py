@@ -20,7 +20,8 @@ Each scenario is timed twice: first without the profiler (the client's token tim
 time the engine really gives), then with the torch profiler on for a few steps.  The trace
 is reduced here (:func:`summarize_trace`) to one row per step - GPU busy time per kernel
 class, the kernels' span, the step's CPU window - and one row per kernel name; those CSVs,
-the unprofiled timings, the host speed and the engine's config come back in ``--out``.
+the unprofiled timings, the host speed and the engine's config come back in ``--out`` (with
+the model's ``config.json`` for a ``--config-dir`` run).
 
     python3 scripts/device_trace.py --config-dir DIR --out $OUT/trace70b \\
         --scenario decode:seqs=150,in=512 --scenario prefill:in=2048,n=4
@@ -386,6 +387,8 @@ async def run(args: argparse.Namespace) -> None:
     from latsim.measure.hostprobe import host_speed
     out, prof_dir = Path(args.out), Path(args.out).resolve() / "torch"
     out.mkdir(parents=True, exist_ok=True)
+    if args.config_dir:  # kept so that the run can be priced later (scripts/graphless_steps.py)
+        (out / "config.json").write_text((Path(args.config_dir) / "config.json").read_text())
     meta: dict[str, Any] = {"argv": sys.argv, "host_speed_before": host_speed(3.0)}
     extra = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.engine_arg)}
     prof = ProfilerConfig(profiler="torch", torch_profiler_dir=str(prof_dir), torch_profiler_with_stack=False,

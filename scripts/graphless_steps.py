@@ -9,7 +9,8 @@ step runs without CUDA graphs, its launch holds back the running step's outputs 
 ends (emission ``e1``); its own outputs carry the prompt's first token (``first``).  Per scenario
 this prints the medians of the launch ``e1 - e0``, the tail ``first - e1``, the whole cycle
 ``first - e0`` and the TTFT, and what the cost model gives for the same step at the run's host
-speed (the mean of the probes before and after): the step's GPU time with and without the
+speed (the mean of the probes before and after; the model: the catalog model the run names, or the
+``config.json`` beside the timings of a ``--config-dir`` run): the step's GPU time with and without the
 per-layer term of a graph-less step (``eager_layer_s``), its launch, and the cycle each way,
 ``max(D + gpu, launch + launch_tail_s)`` with ``D`` the measured decode step (the step running
 when the prompt's step was decided).  Prompts without decoders give only the TTFT; its model
@@ -64,19 +65,23 @@ def run_speed(meta: dict[str, Any]) -> float:
     return sum(speeds) / len(speeds) if speeds else 1.0
 
 
-def cost_model(meta: dict[str, Any], speed: float) -> HostOverlapCostModel:
-    """The engine's default cost model for the run's model (catalog name from its argv) on an H200;
-    ValueError for a run of a ``--config-dir`` model (its config is not kept beside the timings)."""
+def cost_model(meta: dict[str, Any], speed: float, folder: Path | None = None) -> HostOverlapCostModel:
+    """The engine's default cost model for the run's model on an H200: the catalog model its argv
+    names, or for a ``--config-dir`` run the ``config.json`` kept beside its timings in
+    ``folder``; ValueError when there is neither."""
     argv = meta.get("argv", [])
-    if "--model" not in argv[:-1]:
-        raise ValueError("the run names no catalog model (device_trace.py --model NAME); "
-                         "a --config-dir run cannot be priced from its timings alone")
-    name = argv[argv.index("--model") + 1]
+    if "--model" in argv[:-1]:
+        model = load_model(argv[argv.index("--model") + 1])
+    elif folder is not None and (folder / "config.json").is_file():
+        model = load_model(folder / "config.json")
+    else:
+        raise ValueError("the run names no catalog model (device_trace.py --model NAME) and has no config.json "
+                         "beside its timings (copy the --config-dir's there)")
     max_len = next((int(a.split("=")[1]) for a in argv if a.startswith("max_model_len=")), None)
     ec = meta.get("engine_config", {})
     engine = EngineConfig(max_num_seqs=ec.get("max_num_seqs"), max_num_batched_tokens=ec.get("max_num_batched_tokens"),
                           max_model_len=max_len, num_gpu_blocks=ec.get("num_gpu_blocks"), host_speed=speed)
-    return _cost_model(Deployment(model=load_model(name), device=load_device("h200"), engine=engine))
+    return _cost_model(Deployment(model=model, device=load_device("h200"), engine=engine))
 
 
 def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +117,7 @@ def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any
 def folder_rows(folder: Path) -> tuple[float, list[dict[str, Any]]]:
     meta = json.loads((folder / "timings.json").read_text())
     speed = run_speed(meta)
-    cm = cost_model(meta, speed)
+    cm = cost_model(meta, speed, folder)
     rows = [scenario_row(cm, res) for res in meta["scenarios"] if res["scenario"]["kind"] == "graphless"]
     for row in rows:
         row.update(run=folder.name, host_speed=round(speed, 3))

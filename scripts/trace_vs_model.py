@@ -103,7 +103,7 @@ def model_row(cm: HostOverlapCostModel, shape: BatchShape) -> dict[str, float]:
 def step_rows(folder: Path) -> list[dict[str, Any]]:
     """One row per placed step: its composition, measured busy time and parts, and the model's."""
     meta = json.loads((folder / "timings.json").read_text())
-    cm = cost_model(meta, 1.0)
+    cm = cost_model(meta, 1.0, folder)
     budget = int(meta.get("engine_config", {}).get("max_num_batched_tokens") or 8192)
     results = {r["scenario"]["label"]: r for r in meta["scenarios"]}
     rows: list[dict[str, Any]] = []

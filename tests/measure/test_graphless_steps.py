@@ -75,4 +75,23 @@ def test_a_run_without_a_catalog_model_exits_2(tmp_path: Path, capsys: pytest.Ca
     meta["argv"] = ["device_trace.py", "--config-dir", "/tmp/x"]
     (folder / "timings.json").write_text(json.dumps(meta))
     assert gl.main([str(folder)]) == 2
-    assert "names no catalog model" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "names no catalog model" in err and "config.json" in err
+
+
+def test_a_config_dir_run_is_priced_from_the_config_beside_its_timings(tmp_path: Path) -> None:
+    folder = _timings(tmp_path / "run", decodes=16)
+    meta = json.loads((folder / "timings.json").read_text())
+    meta["argv"] = ["device_trace.py", "--config-dir", "/tmp/x", "--engine-arg", "max_model_len=8192"]
+    (folder / "timings.json").write_text(json.dumps(meta))
+    catalog = Path(gl.__file__).resolve().parents[1] / "latsim" / "data" / "catalog" / "models"
+    small, large = (json.loads((catalog / f"{n}.json").read_text()) for n in ("llama-3.1-8b", "qwen2.5-32b"))
+    (folder / "config.json").write_text(json.dumps(small))
+    _, (row8,) = gl.folder_rows(folder)
+    (folder / "config.json").write_text(json.dumps(large))
+    _, (row32,) = gl.folder_rows(folder)
+    named = _timings(tmp_path / "named", decodes=16)
+    _, (catalog_row,) = gl.folder_rows(named)
+    assert row8["model_gpu_ms"] == pytest.approx(catalog_row["model_gpu_ms"])
+    # the 32B's 64 layers launch twice the 8B's 32 and its step costs more
+    assert row32["model_launch_ms"] > 1.5 * row8["model_launch_ms"] and row32["model_gpu_ms"] > 2 * row8["model_gpu_ms"]
