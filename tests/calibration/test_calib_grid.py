@@ -134,3 +134,18 @@ def test_heavy_gemm_grids_are_the_bf16_gemms_past_the_graph_size_of_their_grids(
     source = {p.id for name in ("full", "msteps", "msteps-high") for p in points(get_grid(name))
               if p.family == "gemm" and p.kwargs["dtype"] == "bf16" and p.kwargs["M"] > 512}
     assert heavy == source and len(heavy) > 2000
+
+
+def test_msteps_low_times_every_gemm_dtype_between_the_full_grids_decode_rows() -> None:
+    """Rows strictly between the full grid's (none repeated), one just past each power of two,
+    over the same 8B and 70B layers in bf16, fp8 and 4-bit."""
+    pts = points(get_grid("msteps-low"))
+    low = [p.kwargs for p in pts]
+    full_rows = {p.kwargs["M"] for p in points(FULL) if p.family == "gemm"}
+    rows = {g["M"] for g in low}
+    assert {g["dtype"] for g in low} == {"bf16", "fp8", "int4"} and {p.family for p in pts} == {"gemm"}
+    assert not rows & full_rows and {17, 33, 65} <= rows and max(rows) < 96
+    for m in rows:  # each lies between two rows of the full grid
+        assert max(x for x in full_rows if x < m) < m < min(x for x in full_rows if x > m)
+    shapes = {(g["K"], g["N"]) for g in low}
+    assert shapes == {(p.kwargs["K"], p.kwargs["N"]) for p in points(get_grid("msteps-high"))}
