@@ -198,11 +198,11 @@ MSTEPS_LOW = replace(
     gemm_m=(17, 20, 28, 33, 36, 40, 44, 52, 56, 60, 65, 68, 72, 76, 80, 84, 88, 92),
 )
 """GEMMs of the 8B and 70B layers (bf16, fp8 and 4-bit) at decode batch sizes between the full
-grid's rows (16, 24, 32, 48, 64, 96), one just past each power of two: the full grid's rows show
-4-bit Machete's time flat over 17-32, 33-64 and 65-128 rows on the 70B's layers (48 rows as slow
-as 64, 96 as 128) but not on smaller ones, so where a kernel steps between two grid rows is not
-measured and the regressor places the step midway; the GPTQ 70B's live decode steps of 33-48 and
-65-96 sequences read 5-10 % slower than priced (``data/kernels/README.md``)."""
+grid's rows (16, 24, 32, 48, 64, 96), one just past each power of two: where a kernel's time steps
+between two grid rows is not measured, and a regressor fitted on the grid places the step midway
+(the GPTQ 70B's live decode steps of 33-48 and 65-96 sequences read 5-10 % slower than priced
+until 4-bit GEMMs were priced at Machete's tiles, ``latsim.costmodel.profile.machete``; cuBLAS's
+bf16 and CUTLASS's fp8 choices are not modelled that way: ``data/kernels/README.md``)."""
 
 W4A16 = replace(
     FULL, name="w4a16", gemm_m=FULL.gemm_m[:-2], gemm_stride=3, gemm_fp8_stride=0, gemm_int4_stride=1,

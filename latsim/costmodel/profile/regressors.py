@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from latsim.catalog.devices import DeviceSpec
-from latsim.costmodel.profile import features, tiles
+from latsim.costmodel.profile import features, machete, tiles
 from latsim.costmodel.profile.store import read_json, read_profile
 from latsim.costmodel.roofline_params import default_roofline_params
 
@@ -47,7 +47,11 @@ class Predictors:
                w4a16: bool = False) -> Arr:
         """One ``m x k`` by ``k x n`` GEMM; W8A8 dtypes (fp8, int8) use the fp8 curve, 4-bit
         weight-only layers (``w4a16``) the rows of vLLM's W4A16 kernel when the profile has them (else
-        the bf16 curve on the 4-bit roofline)."""
+        the bf16 curve on the 4-bit roofline), priced at the rows Machete computes when the profile
+        timed Machete (:func:`~latsim.costmodel.profile.machete.padded_rows`)."""
+        family = "gemm_w4a16" if w4a16 and "gemm_w4a16" in self.boosters else "gemm"
+        if family == "gemm_w4a16" and self.w4a16_machete():
+            m = machete.padded_rows(m, int(k), int(n))
         fp8 = 1.0 if compute_dtype in ("fp8", "int8") else 0.0
         abytes = 1.0 if fp8 else 2.0
         flops = 2.0 * m * k * n
@@ -55,8 +59,12 @@ class Predictors:
         roof = features.roofline_s(flops, nbytes, device.flops_for(compute_dtype), device.hbm_bandwidth)
         cols = {"M": m, "K": np.full_like(m, k), "N": np.full_like(m, n), "fp8": np.full_like(m, fp8),
                 "flops": flops, "bytes": nbytes}
-        family = "gemm_w4a16" if w4a16 and "gemm_w4a16" in self.boosters else "gemm"
         return roof * self.ratio(family, cols, roof)
+
+    def w4a16_machete(self) -> bool:
+        """Whether the profile's 4-bit rows were timed with vLLM's Machete (Hopper)."""
+        impl = (self.profile.get("impl") or {}).get("gemm") or []
+        return any("machete" in str(name) for name in impl)
 
     def attn_prefill_ratio(self, q: Arr, ctx: Arr, heads: tuple[int, int, int], device: DeviceSpec,
                            kv_bytes: float = 2.0) -> Arr:
