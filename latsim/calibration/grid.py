@@ -195,14 +195,18 @@ configuration, and on to 3,072 rows: :data:`MSTEPS` stops at 1,024."""
 
 MSTEPS_LOW = replace(
     MSTEPS_HIGH, name="msteps-low",
-    gemm_m=(17, 20, 28, 33, 36, 40, 44, 52, 56, 60, 65, 68, 72, 76, 80, 84, 88, 92),
+    gemm_m=(1, 2, 4, 8, 16, 17, 20, 24, 28, 32, 33, 36, 40, 44, 48, 52, 56, 60, 64, 65, 68, 72, 76, 80, 84, 88, 92),
 )
-"""GEMMs of the 8B and 70B layers (bf16, fp8 and 4-bit) at decode batch sizes between the full
-grid's rows (16, 24, 32, 48, 64, 96), one just past each power of two: where a kernel's time steps
-between two grid rows is not measured, and a regressor fitted on the grid places the step midway
-(the GPTQ 70B's live decode steps of 33-48 and 65-96 sequences read 5-10 % slower than priced
-until 4-bit GEMMs were priced at Machete's tiles, ``latsim.costmodel.profile.machete``; cuBLAS's
-bf16 and CUTLASS's fp8 choices are not modelled that way: ``data/kernels/README.md``)."""
+"""GEMMs of the 8B and 70B layers (bf16, fp8 and 4-bit) at decode batch sizes below :data:`MSTEPS`'s
+96 rows: the full grid's rows (1-64) and rows between them, one just past each power of two.
+Where a kernel's time steps between two grid rows is not measured, and a regressor fitted on the
+grid places the step midway (the GPTQ 70B's live decode steps of 33-48 and 65-96 sequences read
+5-10 % slower than priced until 4-bit GEMMs were priced at Machete's tiles,
+``latsim.costmodel.profile.machete``; cuBLAS's bf16 and CUTLASS's fp8 choices are not modelled
+that way); and the 70B's layers have no fp8 row below 96 in the shipped profile (the full grid
+times fp8 on every few shapes), so the FP8 70B's decode GEMMs are priced from other shapes
+(``data/kernels/README.md``).  Merged with ``--mode append``, the points the profile holds keep
+their rows."""
 
 W4A16 = replace(
     FULL, name="w4a16", gemm_m=FULL.gemm_m[:-2], gemm_stride=3, gemm_fp8_stride=0, gemm_int4_stride=1,

@@ -136,16 +136,21 @@ def test_heavy_gemm_grids_are_the_bf16_gemms_past_the_graph_size_of_their_grids(
     assert heavy == source and len(heavy) > 2000
 
 
-def test_msteps_low_times_every_gemm_dtype_between_the_full_grids_decode_rows() -> None:
-    """Rows strictly between the full grid's (none repeated), one just past each power of two,
-    over the same 8B and 70B layers in bf16, fp8 and 4-bit."""
+def test_msteps_low_times_every_gemm_dtype_at_and_between_the_full_grids_decode_rows() -> None:
+    """The full grid's rows below 96 and rows between them, one just past each power of two, over
+    the same 8B and 70B layers in bf16, fp8 and 4-bit; the 70B's fp8 layers get rows below 96."""
     pts = points(get_grid("msteps-low"))
     low = [p.kwargs for p in pts]
     full_rows = {p.kwargs["M"] for p in points(FULL) if p.family == "gemm"}
     rows = {g["M"] for g in low}
     assert {g["dtype"] for g in low} == {"bf16", "fp8", "int4"} and {p.family for p in pts} == {"gemm"}
-    assert not rows & full_rows and {17, 33, 65} <= rows and max(rows) < 96
-    for m in rows:  # each lies between two rows of the full grid
+    assert {m for m in full_rows if m < 96} <= rows and {17, 33, 65} <= rows and max(rows) < 96
+    between = sorted(rows - full_rows)
+    assert len(between) >= len(rows) // 2
+    for m in between:  # each lies between two rows of the full grid
         assert max(x for x in full_rows if x < m) < m < min(x for x in full_rows if x > m)
     shapes = {(g["K"], g["N"]) for g in low}
     assert shapes == {(p.kwargs["K"], p.kwargs["N"]) for p in points(get_grid("msteps-high"))}
+    full_fp8 = {(p.kwargs["K"], p.kwargs["N"]) for p in points(FULL) if p.kwargs.get("dtype") == "fp8"}
+    timed = {(g["K"], g["N"], g["dtype"], g["M"]) for g in low}
+    assert (8192, 57344) not in full_fp8 and (8192, 57344, "fp8", 16) in timed
