@@ -42,7 +42,9 @@ def model_name(levels: list[Any]) -> str:
 
 def summary_figure(levels: list[Any], path: Path) -> None:
     """PNG: predicted vs measured P50 (circles) and P99 (squares) of TTFT, TPOT and E2E per
-    level, one colour per run, with the y = x line and +-25 % band; and median |P99 error| per run."""
+    level, one colour per run, with the y = x line and +-25 % band (the left column); and median
+    |P99 error| per run (the right column, as tall as the figure, which grows with the runs so
+    that each run's label has :data:`BAR_ROW_IN` inches)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,8 +52,10 @@ def summary_figure(levels: list[Any], path: Path) -> None:
     from matplotlib.ticker import NullFormatter
 
     runs = group_runs(levels)
-    fig, axes = plt.subplots(2, 2, figsize=(16, 11))
-    for ax, (metric, label) in zip(axes.flat, PANELS, strict=False):
+    fig = plt.figure(figsize=(16, max(MIN_HEIGHT_IN, BAR_ROW_IN * len(runs) + 1.5)))
+    grid = fig.add_gridspec(len(PANELS), 2)
+    scatter = [fig.add_subplot(grid[i, 0]) for i in range(len(PANELS))]
+    for ax, (metric, label) in zip(scatter, PANELS, strict=True):
         lo, hi = np.inf, 0.0
         for (run, lvs), color in zip(runs.items(), _colors(len(runs)), strict=True):
             for stat, marker in (("p50", "o"), ("p99", "s")):
@@ -71,9 +75,9 @@ def summary_figure(levels: list[Any], path: Path) -> None:
         for axis in (ax.xaxis, ax.yaxis):  # a narrow range labels minor ticks too, and they collide
             axis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = scatter[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=6 if len(runs) > 12 else 8, frameon=False)
-    _error_bars(axes[1][1], runs)
+    _error_bars(fig.add_subplot(grid[:, 1]), runs)
     fig.suptitle(f"latsim vs measured: {len(runs)} runs, {len(levels)} load levels")
     fig.tight_layout(rect=(0.0, 0.0, LEGEND_SPLIT, 1.0))
     from latsim.atomic import atomic_write
@@ -84,6 +88,9 @@ def summary_figure(levels: list[Any], path: Path) -> None:
 
 LEGEND_SPLIT = 0.78
 """Share of the figure's width the panels take; the runs' legend sits in the rest, outside them."""
+MIN_HEIGHT_IN = 13.0
+BAR_ROW_IN = 0.2
+"""The figure's least height, and the height each run's bar takes (inches)."""
 
 
 def _run_label(run: str) -> str:
@@ -106,7 +113,7 @@ def _error_bars(ax: Any, runs: dict[str, list[Any]]) -> None:
         errors = [_median_abs_error(lvs, metric) for lvs in runs.values()]
         ax.barh(y + offset, [100 * e for e in errors], height=0.4, color=shade, label=f"P99 {label}")
     ax.set_yticks(y, names, fontsize=7)
-    ax.invert_yaxis()
+    ax.set_ylim(len(names) - 0.5, -0.5)  # first run on top, no empty rows around the bars
     ax.set(xlabel="median |error| of P99 over Poisson levels (%)", title="P99 error per run")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, axis="x")

@@ -27,3 +27,22 @@ def test_summary_figure_and_one_page_per_run(tmp_path: Path) -> None:
     assert titles == ["h200/llama-2-7b-mix (llama-2-7b)", "h200/llama-3.2-1b-mix (llama-3.2-1b)"]  # folder/run
     assert page.count("data:image/png;base64,") == 3  # the summary and one figure per run
     assert not re.search(r"""src=["'](https?:|file:|/)""", page)
+
+
+def test_the_summary_grows_with_the_runs_so_each_label_keeps_its_row(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from latsim.report.validation_report import BAR_ROW_IN, summary_figure
+
+    def level(i: int) -> SimpleNamespace:
+        stats = {m: {"p50": 10.0 + i, "p99": 20.0 + i} for m in ("ttft_ms", "tpot_ms", "e2e_ms")}
+        guess = {m: {"p50": 11.0 + i, "p99": 19.0 + i} for m in stats}
+        return SimpleNamespace(run_dir=str(tmp_path / "root" / f"run{i:02d}" / "f0.50"), level="f0.50",
+                               measured=stats, predicted=guess)
+
+    heights = {}
+    for count in (2, 80):
+        summary_figure([level(i) for i in range(count)], tmp_path / f"s{count}.png")
+        heights[count] = matplotlib.image.imread(tmp_path / f"s{count}.png").shape[0]
+    dpi = 90
+    assert heights[80] >= BAR_ROW_IN * 80 * dpi > heights[2] * 0.9
