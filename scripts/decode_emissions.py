@@ -56,10 +56,9 @@ def pure_decode_batches(times: np.ndarray, contexts: np.ndarray,
     """``(seconds, contexts of each step's batch)`` of the pure decode steps in the sorted token
     times ``times`` (``contexts`` beside them): the gap before each emission that carries no
     first token, whose previous and next emissions carry none either (see the module note)."""
-    starts, _ = split_emissions(times)
+    starts, counts = split_emissions(times)
     firsts = np.bincount(carrying_emission(starts, first_tokens), minlength=len(starts))
-    owner = np.searchsorted(starts, times, side="right") - 1
-    bounds = np.searchsorted(owner, np.arange(len(starts) + 1))
+    bounds = np.concatenate([[0], np.cumsum(counts)])  # emission i holds tokens bounds[i]:bounds[i + 1]
     gap = np.diff(starts)
     k = np.arange(1, len(starts) - 1)  # the emission ending gap k - 1; its neighbours on both sides exist
     keep = k[(firsts[k] == 0) & (firsts[k - 1] == 0) & (firsts[k + 1] == 0)]
@@ -92,7 +91,7 @@ def level_rows(run: Path, host_speed: float | str, device: str, min_steps: int) 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", type=Path, help="measured levels of a fixed shape")
+    ap.add_argument("runs", nargs="+", type=Path, help="measured levels (run folders)")
     ap.add_argument("--host-speed", default="1", help="a number, or probe")
     ap.add_argument("--device", default="h200")
     ap.add_argument("--min-steps", type=int, default=10)
