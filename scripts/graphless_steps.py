@@ -8,8 +8,9 @@ once the step before the one running has sent its outputs (emission ``e0``); whe
 step runs without CUDA graphs, its launch holds back the running step's outputs until the launch
 ends (emission ``e1``); its own outputs carry the prompt's first token (``first``).  Per scenario
 this prints the medians of the launch ``e1 - e0``, the tail ``first - e1``, the whole cycle
-``first - e0`` and the TTFT, and what the cost model gives for the same step at the run's host
-speed (the mean of the probes before and after; the model: the catalog model the run names, or the
+``first - e0`` and the TTFT, and what the cost model gives for the same step at the scenario's
+host speed (the mean of the probes bracketing it, else of the run's before and after; the
+model: the catalog model the run names, or the
 ``config.json`` beside the timings of a ``--config-dir`` run): the step's GPU time with and without the
 per-layer term of a graph-less step (``eager_layer_s``), its launch, and the cycle each way,
 ``max(D + gpu, launch + launch_tail_s)`` with ``D`` the measured decode step (the step running
@@ -114,19 +115,36 @@ def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any
     return row
 
 
+def scenario_speed(res: dict[str, Any], run: float) -> float:
+    """The mean of the probes bracketing the scenario (``device_trace.py`` records them since the
+    twenty-sixth session), else the run's ``run``."""
+    speeds = [res[k]["host_speed"] for k in ("host_speed_before", "host_speed_after") if res.get(k)]
+    return sum(speeds) / len(speeds) if speeds else run
+
+
 def folder_rows(folder: Path) -> tuple[float, list[dict[str, Any]]]:
+    """The run's speed and one row per graph-less scenario, each priced at its own probed speed
+    (rounded to 0.01, one cost model per speed)."""
     meta = json.loads((folder / "timings.json").read_text())
     speed = run_speed(meta)
-    cm = cost_model(meta, speed, folder)
-    rows = [scenario_row(cm, res) for res in meta["scenarios"] if res["scenario"]["kind"] == "graphless"]
-    for row in rows:
-        row.update(run=folder.name, host_speed=round(speed, 3))
+    models: dict[float, HostOverlapCostModel] = {}
+    rows = []
+    for res in meta["scenarios"]:
+        if res["scenario"]["kind"] != "graphless":
+            continue
+        own = round(scenario_speed(res, speed), 2)
+        if own not in models:
+            models[own] = cost_model(meta, own, folder)
+        row = scenario_row(models[own], res)
+        row.update(run=folder.name, host_speed=own, load=res["scenario"].get("load", 0))
+        rows.append(row)
     return speed, rows
 
 
-HEADER = "tok  ttft  | D     launch tail  cycle | model gpu (-eager) launch cycle (-eager) ttft (-eager)"
+HEADER = "speed load tok  ttft  | D     launch tail  cycle | model gpu (-eager) launch cycle (-eager) ttft (-eager)"
 """Column heads of the printed table (ms; the model's values with and without ``eager_layer_s``)."""
-PRINTED = (("tokens", "{:4d}"), ("ttft_ms", " {:5.1f} |"), ("decode_ms", " {:5.2f}"), ("launch_ms", " {:5.1f}"),
+PRINTED = (("host_speed", "{:5.2f}"), ("load", " {:3d}"), ("tokens", " {:4d}"),
+           ("ttft_ms", " {:5.1f} |"), ("decode_ms", " {:5.2f}"), ("launch_ms", " {:5.1f}"),
            ("tail_ms", " {:5.1f}"), ("cycle_ms", " {:5.1f} |"), ("model_gpu_ms", " {:5.1f}"),
            ("model_gpu_less_eager_ms", " ({:5.1f})"), ("model_launch_ms", " {:5.1f}"), ("model_cycle_ms", " {:5.1f}"),
            ("model_cycle_less_eager_ms", " ({:5.1f})"), ("model_ttft_ms", " {:5.1f}"),

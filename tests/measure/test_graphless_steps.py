@@ -33,6 +33,22 @@ def test_run_speed_is_the_mean_of_the_probes() -> None:
     assert gl.run_speed({}) == 1.0
 
 
+def test_a_scenario_is_priced_at_its_own_probes(tmp_path: Path) -> None:
+    assert gl.scenario_speed({"host_speed_before": {"host_speed": 0.8}, "host_speed_after": {"host_speed": 0.6}},
+                             1.2) == pytest.approx(0.7)
+    assert gl.scenario_speed({}, 1.2) == 1.2
+    folder = _timings(tmp_path / "run", decodes=16)
+    meta = json.loads((folder / "timings.json").read_text())
+    slow = {**meta["scenarios"][0], "host_speed_before": {"host_speed": 0.5}, "host_speed_after": {"host_speed": 0.5}}
+    slow["scenario"] = {**slow["scenario"], "load": 12}
+    meta["scenarios"].append(slow)
+    (folder / "timings.json").write_text(json.dumps(meta))
+    speed, (fast_row, slow_row) = gl.folder_rows(folder)
+    assert speed == 1.0 and (fast_row["host_speed"], slow_row["host_speed"]) == (1.0, 0.5)
+    assert (fast_row["load"], slow_row["load"]) == (0, 12)
+    assert slow_row["model_launch_ms"] == pytest.approx(2.0 * fast_row["model_launch_ms"], rel=1e-6)
+
+
 def _timings(folder: Path, decodes: int) -> Path:
     folder.mkdir()
     sc = {"kind": "graphless", "label": f"graphless:in=1024,n=2,decodes={decodes},din=512", "in": 1024,
