@@ -76,6 +76,7 @@ graph() {
   for g in "$@"; do
     fams=gemm
     [ "$g" = full ] && fams=gemm,memory,moe
+    [ "$g" = moe-steps ] && fams=moe
     python3 -m latsim.calibration.run_device --device h200 --out "$OUT/$g" --only "$g" --families "$fams" --op-timing graph
   done
 }

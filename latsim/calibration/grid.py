@@ -240,6 +240,22 @@ WINDOW = replace(
 contexts from inside the window to 8 x past it, over :data:`WINDOW_SHAPES`: a check of the
 cost model's windowed pricing (context read capped at the window), not a fitted family."""
 
+MOE_STEP_SHAPES: dict[str, Any] = {
+    "gemm": [], "attention": [],
+    "moe": [{"experts": e, "top_k": k, "hidden": h, "inter": i, "tags": [tag]} for e, k, h, i, tag in (
+        (128, 8, 2048, 768, "qwen3-30b-a3b/tp1"), (60, 4, 2048, 1408, "qwen1.5-moe-a2.7b/tp1"))],
+}
+
+MOE_STEPS = replace(
+    MSTEPS_HIGH, name="moe-steps", gemm_m=(), gemm_stride=0, gemm_fp8_stride=0, gemm_int4_stride=0, moe_stride=1,
+    moe_tokens=(1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 128, 192, 256, 384, 512),
+)
+"""The fused MoE layer of Qwen3-30B-A3B and Qwen1.5-MoE at decode batch sizes between the full
+grid's powers of two (1-512 tokens, the steps vLLM runs in CUDA graphs): a check of the MoE
+family's price between its rows (Qwen3-30B-A3B's live decode steps read 6-7 % slower than
+priced on every shape, ``data/kernels/README.md``)."""
+
+
 def _bf16_above_graphs(grid: GridSpec, name: str, *gemm_m: tuple[int, ...]) -> GridSpec:
     """``grid``'s bf16 GEMM shapes at the rows of ``gemm_m`` past :data:`GRAPH_MAX_ROWS`, nothing else."""
     rows = tuple(sorted({m for ms in gemm_m for m in ms if m > GRAPH_MAX_ROWS}))
@@ -258,8 +274,8 @@ HEAVY_GEMM_STEPS = _bf16_above_graphs(MSTEPS_HIGH, "heavy-gemm-steps", MSTEPS.ge
 """The same for the bf16 GEMMs of :data:`MSTEPS` and :data:`MSTEPS_HIGH` past 512 rows."""
 
 GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, DECODE_TILES, DECODE_BATCHES,
-                             DECODE_BATCHES_CHECK, PAGED_PREFILL,
-                             MSTEPS_HIGH, MSTEPS_LOW, W4A16, W4_STEPS, FP8_KV, WINDOW, HEAVY_GEMM, HEAVY_GEMM_STEPS)}
+                             DECODE_BATCHES_CHECK, PAGED_PREFILL, MSTEPS_HIGH, MSTEPS_LOW, MOE_STEPS, W4A16,
+                             W4_STEPS, FP8_KV, WINDOW, HEAVY_GEMM, HEAVY_GEMM_STEPS)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
              {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
@@ -433,7 +449,7 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
 
         named = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES, "wide": WIDE_SHAPES, "msteps": MSTEP_SHAPES,
                  "msteps-high": MSTEP_SHAPES, "msteps-low": MSTEP_SHAPES, "w4-steps": MSTEP_SHAPES,
-                 "heavy-gemm-steps": MSTEP_SHAPES,
+                 "heavy-gemm-steps": MSTEP_SHAPES, "moe-steps": MOE_STEP_SHAPES,
                  "fp8-kv": FP8_KV_SHAPES, "window": WINDOW_SHAPES}
         shapes = named.get(grid.name) or load_shapes()
         if grid.name in ("paged", "paged-prefill", "decode-tiles", "decode-batches", "decode-batches-check"):

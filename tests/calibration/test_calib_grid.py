@@ -154,3 +154,18 @@ def test_msteps_low_times_every_gemm_dtype_at_and_between_the_full_grids_decode_
     full_fp8 = {(p.kwargs["K"], p.kwargs["N"]) for p in points(FULL) if p.kwargs.get("dtype") == "fp8"}
     timed = {(g["K"], g["N"], g["dtype"], g["M"]) for g in low}
     assert (8192, 57344) not in full_fp8 and (8192, 57344, "fp8", 16) in timed
+
+
+def test_every_device_grid_can_be_run_by_name() -> None:
+    from latsim.calibration.grid import GRIDS
+    from latsim.calibration.run_device import CAPS_S
+
+    assert set(GRIDS) - {"tiny"} <= set(CAPS_S)
+
+
+def test_moe_steps_time_the_two_moe_models_between_the_full_grids_tokens() -> None:
+    pts = points(get_grid("moe-steps"))
+    assert {p.family for p in pts} == {"moe"}
+    qwen3 = sorted(p.kwargs["tokens"] for p in pts if p.kwargs["experts"] == 128)
+    assert {16, 20, 24, 28, 32} <= set(qwen3) and max(qwen3) == 512
+    assert set(FULL.moe_tokens) & set(qwen3) == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
