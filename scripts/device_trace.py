@@ -343,7 +343,8 @@ async def graphless(client: Client, sc: dict[str, Any], tag: str) -> dict[str, A
         sent, first = client.sent[rid], client.times[rid][0]
         await asyncio.sleep(0.05)
         ems = emissions(client, rids, sent - 0.05, first + 0.05)
-        prompts.append({"ttft_ms": 1e3 * (first - sent), "emissions_ms": [round(1e3 * (e - sent), 3) for e in ems]})
+        prompts.append({"ttft_ms": 1e3 * (first - sent), "sent_s": round(sent, 6),
+                        "emissions_ms": [round(1e3 * (e - sent), 3) for e in ems]})
     quiet = gaps_in(client, rids, client.sent[f"{tag}-g0"] - 0.5, client.sent[f"{tag}-g0"]) if rids else []
     if rids:
         await stop_decoders(client.engine, rids, tasks)
@@ -399,31 +400,12 @@ def resummarize(folder: Path) -> int:
     return done
 
 
-async def run(args: argparse.Namespace) -> None:
-    from vllm.config import ProfilerConfig
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.usage.usage_lib import UsageContext
-    from vllm.v1.engine.async_llm import AsyncLLM
-
+async def scenarios(args: argparse.Namespace, engine: Any, client: Client, out: Path, prof_dir: Path,
+                    seen: set[Path], meta: dict[str, Any]) -> None:
+    """Run ``args.scenario`` one after another, each result appended to ``meta["scenarios"]``
+    and ``timings.json`` rewritten after each."""
     from latsim.measure.hostprobe import host_speed
-    out, prof_dir = Path(args.out), Path(args.out).resolve() / "torch"
-    out.mkdir(parents=True, exist_ok=True)
-    if args.config_dir:  # kept so that the run can be priced later (scripts/graphless_steps.py)
-        (out / "config.json").write_text((Path(args.config_dir) / "config.json").read_text())
-    meta: dict[str, Any] = {"argv": sys.argv, "host_speed_before": host_speed(3.0)}
-    extra = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.engine_arg)}
-    prof = ProfilerConfig(profiler="torch", torch_profiler_dir=str(prof_dir), torch_profiler_with_stack=False,
-                          ignore_frontend=True, torch_profiler_dump_cuda_time_total=False)
-    eargs = AsyncEngineArgs(model=config_dir(args), load_format="dummy", skip_tokenizer_init=True, seed=0,
-                            profiler_config=prof, **extra)
-    t = time.perf_counter()
-    engine = AsyncLLM.from_engine_args(eargs, usage_context=UsageContext.OPENAI_API_SERVER)
-    meta["engine_start_s"] = time.perf_counter() - t
-    client = Client(engine, engine.vllm_config.model_config.get_vocab_size())
-    await serial_prompts(client, "warm", 8, 256)
-    await decode(engine, client, {"seqs": 32, "in": 128}, 0.5, "warmd")
-    seen: set[Path] = set(prof_dir.rglob("*")) if prof_dir.exists() else set()
-    meta["scenarios"] = []
+
     for k, sc in enumerate(args.scenario):
         tag = f"s{k}"
         load = CpuLoad(sc.get("load", 0))
@@ -449,6 +431,39 @@ async def run(args: argparse.Namespace) -> None:
         meta["scenarios"].append(res)
         print(json.dumps({k2: v for k2, v in res.items() if k2 not in ("scenario",)}, default=str)[:600], flush=True)
         (out / "timings.json").write_text(json.dumps(meta, indent=1, default=str))
+
+
+async def run(args: argparse.Namespace) -> None:
+    from vllm.config import ProfilerConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from latsim.engines.vllm.host_terms import reference_probe_s
+    from latsim.measure.hostprobe import HostProbe, host_speed
+    out, prof_dir = Path(args.out), Path(args.out).resolve() / "torch"
+    out.mkdir(parents=True, exist_ok=True)
+    if args.config_dir:  # kept so that the run can be priced later (scripts/graphless_steps.py)
+        (out / "config.json").write_text((Path(args.config_dir) / "config.json").read_text())
+    meta: dict[str, Any] = {"argv": sys.argv, "host_speed_before": host_speed(3.0)}
+    extra = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.engine_arg)}
+    prof = ProfilerConfig(profiler="torch", torch_profiler_dir=str(prof_dir), torch_profiler_with_stack=False,
+                          ignore_frontend=True, torch_profiler_dump_cuda_time_total=False)
+    eargs = AsyncEngineArgs(model=config_dir(args), load_format="dummy", skip_tokenizer_init=True, seed=0,
+                            profiler_config=prof, **extra)
+    t = time.perf_counter()
+    engine = AsyncLLM.from_engine_args(eargs, usage_context=UsageContext.OPENAI_API_SERVER)
+    meta["engine_start_s"] = time.perf_counter() - t
+    client = Client(engine, engine.vllm_config.model_config.get_vocab_size())
+    await serial_prompts(client, "warm", 8, 256)
+    await decode(engine, client, {"seqs": 32, "in": 128}, 0.5, "warmd")
+    seen: set[Path] = set(prof_dir.rglob("*")) if prof_dir.exists() else set()
+    meta["scenarios"] = []
+    with HostProbe() as series:
+        meta["host_series_t0_s"] = time.perf_counter() - series.rows_so_far()[0][0]
+        await scenarios(args, engine, client, out, prof_dir, seen, meta)
+    meta["host_series"] = {"columns": ["t_s", "probe_s"], "reference_s": reference_probe_s(),
+                           "rows": [[r[0], r[1]] for r in series.rows]}
     meta["host_speed_after"] = host_speed(3.0)
     meta["engine_config"] = {"max_num_seqs": engine.vllm_config.scheduler_config.max_num_seqs,
                              "max_num_batched_tokens": engine.vllm_config.scheduler_config.max_num_batched_tokens,
