@@ -460,6 +460,9 @@ async def run(args: argparse.Namespace) -> None:
     seen: set[Path] = set(prof_dir.rglob("*")) if prof_dir.exists() else set()
     meta["scenarios"] = []
     with HostProbe() as series:
+        # the sampler's clock starts at its own start; its first row has just been written (entering
+        # waits for it, polling every 10 ms), so this places its rows on this process's clock within
+        # about 10 ms (CLOCK_MONOTONIC is one clock for every process)
         meta["host_series_t0_s"] = time.perf_counter() - series.rows_so_far()[0][0]
         await scenarios(args, engine, client, out, prof_dir, seen, meta)
     meta["host_series"] = {"columns": ["t_s", "probe_s"], "reference_s": reference_probe_s(),
