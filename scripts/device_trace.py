@@ -11,15 +11,18 @@ each one a batch of steps of a known composition:
 * ``chunked:in=I,n=N,decodes=D,din=J`` - D decoding requests of J prompt tokens in the
   background, then N prompts of I tokens one after another: steps of a prefill chunk at a
   growing cached context beside D decodes (the long-prompt workload's steps);
-* ``graphless:in=I,n=N,decodes=D,din=J[,load=L]`` - the same steps, never profiled: D decoders
-  (0: none), then N prompts of I tokens one at a time, each sent at a random phase of the decode
-  step; per prompt its TTFT and the decoders' emissions around it (:func:`graphless`), from which
-  the launch of the prompt's step and its end are read (``scripts/graphless_steps.py``).  With
-  ``load=L``, L processes spin on the CPU for the scenario (:class:`CpuLoad`): the same engine
-  on a slower host, to see how its launch follows the host probe.
+* ``graphless:in=I,n=N,decodes=D,din=J`` - the same steps, never profiled: D decoders (0: none),
+  then N prompts of I tokens one at a time, each sent at a random phase of the decode step;
+  per prompt its TTFT, its send time and the decoders' emissions around it (:func:`graphless`),
+  from which the launch of the prompt's step and its end are read (``scripts/graphless_steps.py``).
 
 Every scenario is bracketed by a one-second host probe (``host_speed_before`` /
-``host_speed_after`` in its result): the VM's CPU changes speed within a run.
+``host_speed_after`` in its result), and the host probe's series runs beside them all
+(``host_series``: the engine's busiest thread's CPU timed every 0.1 s), since the VM's CPU
+changes speed within seconds (``scripts/launch_speed_share.py`` reads each prompt's launch beside
+it).  (A first version could spin CPU-bound processes during a scenario, ``load=L``; on the lent
+VM, one thread per core, they left the probe where it was, and the option was dropped; its run
+is ``data/traces/h200/s26/gl-phi-3-mini-load``.)
 
 Each scenario is timed twice: first without the profiler (the client's token times: the step
 time the engine really gives), then with the torch profiler on for a few steps.  The trace
@@ -87,18 +90,16 @@ def parse_scenario(text: str) -> dict[str, Any]:
     """``kind:key=value,...`` into a dict; ValueError names what is accepted."""
     kinds = {"decode": {"seqs", "in"}, "prefill": {"in", "n"}, "chunked": {"in", "n", "decodes", "din"},
              "graphless": {"in", "n", "decodes", "din"}}
-    optional = {"graphless": {"load": 0}}
     kind, _, rest = text.partition(":")
     if kind not in kinds:
         raise ValueError(f"scenario {text!r}: kind must be one of {', '.join(kinds)}")
-    out: dict[str, Any] = {"kind": kind, "label": text, **optional.get(kind, {})}
-    accepted = kinds[kind] | optional.get(kind, {}).keys()
+    out: dict[str, Any] = {"kind": kind, "label": text}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
-        least = 0 if (kind, key) in (("graphless", "decodes"), ("graphless", "load")) else 1
-        if key not in accepted or not value.isdigit() or int(value) < least:
-            raise ValueError(f"scenario {text!r}: {item!r}; {kind} takes {', '.join(sorted(accepted))} "
-                             f"as positive integers" + (" (decodes and load may be 0)" if kind == "graphless" else ""))
+        least = 0 if (kind, key) == ("graphless", "decodes") else 1
+        if key not in kinds[kind] or not value.isdigit() or int(value) < least:
+            raise ValueError(f"scenario {text!r}: {item!r}; {kind} takes {', '.join(sorted(kinds[kind]))} "
+                             f"as positive integers" + (" (decodes may be 0)" if kind == "graphless" else ""))
         out[key] = int(value)
     missing = kinds[kind] - out.keys()
     if missing:
@@ -351,20 +352,6 @@ async def graphless(client: Client, sc: dict[str, Any], tag: str) -> dict[str, A
     return {"all_started": ok, "decode_itl_quiet_ms": 1e3 * (_median(quiet) or float("nan")), "prompts": prompts}
 
 
-class CpuLoad:
-    """``n`` Python processes spinning on the CPU from construction until :meth:`stop` (none for 0)."""
-
-    def __init__(self, n: int) -> None:
-        import subprocess
-
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            proc.kill()
-            proc.wait(5.0)
-
-
 def newest_trace(folder: Path, seen: set[Path]) -> Path | None:
     found = [p for p in folder.rglob("*.json*") if p not in seen and "trace" in p.name]
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
@@ -408,7 +395,6 @@ async def scenarios(args: argparse.Namespace, engine: Any, client: Client, out: 
 
     for k, sc in enumerate(args.scenario):
         tag = f"s{k}"
-        load = CpuLoad(sc.get("load", 0))
         probed = {"host_speed_before": host_speed(1.0)}
         t = time.perf_counter()
         if sc["kind"] == "decode":
@@ -420,7 +406,6 @@ async def scenarios(args: argparse.Namespace, engine: Any, client: Client, out: 
         else:
             res = await chunked(engine, client, sc, tag)
         res.update(scenario=sc, seconds=time.perf_counter() - t, **probed, host_speed_after=host_speed(1.0))
-        load.stop()
         path = newest_trace(prof_dir, seen) if sc["kind"] != "graphless" else None
         if path is not None:
             seen.add(path)
