@@ -60,10 +60,16 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def probed_speed(entry: dict[str, Any], default: float) -> float:
+    """The mean of ``entry``'s host probes before and after (a run's ``timings.json``, or one
+    scenario's result in it), ``default`` when it recorded none."""
+    speeds = [entry[k]["host_speed"] for k in ("host_speed_before", "host_speed_after") if entry.get(k)]
+    return sum(speeds) / len(speeds) if speeds else default
+
+
 def run_speed(meta: dict[str, Any]) -> float:
     """The mean of the host probes before and after the run (1.0 when none was recorded)."""
-    speeds = [meta[k]["host_speed"] for k in ("host_speed_before", "host_speed_after") if meta.get(k)]
-    return sum(speeds) / len(speeds) if speeds else 1.0
+    return probed_speed(meta, 1.0)
 
 
 def cost_model(meta: dict[str, Any], speed: float, folder: Path | None = None) -> HostOverlapCostModel:
@@ -118,8 +124,7 @@ def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any
 def scenario_speed(res: dict[str, Any], run: float) -> float:
     """The mean of the probes bracketing the scenario (``device_trace.py`` records them since the
     twenty-sixth session), else the run's ``run``."""
-    speeds = [res[k]["host_speed"] for k in ("host_speed_before", "host_speed_after") if res.get(k)]
-    return sum(speeds) / len(speeds) if speeds else run
+    return probed_speed(res, run)
 
 
 def folder_rows(folder: Path) -> tuple[float, list[dict[str, Any]]]:
