@@ -80,7 +80,7 @@ def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_d
     terms; default: none), overlapped with the GPU when ``asynchronous``.  Raises
     ValueError for an unknown ``kind`` and whatever the chosen model raises for an invalid
     deployment (unknown dtype, ``tp`` that does not shard the model).  ``graph_tokens`` is the
-    engine's CUDA-graph limit (:func:`~latsim.costmodel.host.cudagraph_limit`); steps above it
+    engine's CUDA-graph limit (:func:`~latsim.engines.vllm.defaults.cudagraph_limit`); steps above it
     pay the eager-launch term, ``None`` prices every step as a graph replay.  ``gpu`` reuses a
     GPU-only model already built for this deployment (fitting replays one many times).
     ``host_speed`` is the serving host's CPU speed relative to the one the host terms describe

@@ -9,7 +9,7 @@ from latsim.catalog.lookup import load_device, load_model
 from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.host import SPEED_FIELDS, TERMS, HostOverhead, HostOverlapCostModel
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
-from latsim.engines.vllm.defaults import cudagraph_limit
+from latsim.engines.vllm.defaults import cudagraph_capture_sizes, cudagraph_limit
 from latsim.engines.vllm.host_terms import default_host_overhead, reference_probe_s
 from latsim.sim.simulate import default_cost_model
 
@@ -36,6 +36,16 @@ def test_cudagraph_limit_follows_vllm() -> None:
     assert cudagraph_limit(1024, 8192) == 512
     assert cudagraph_limit(100, 8192) == 200
     assert cudagraph_limit(1024, 256) == 256
+    assert cudagraph_limit(50, 8192) == 96  # 2 x 50 = 100 is not a captured size: graphs end at 96
+    assert cudagraph_limit(3, 8192) == 4
+
+
+def test_capture_sizes_follow_vllm_0_25_1() -> None:
+    sizes = cudagraph_capture_sizes(1024, 8192)
+    assert sizes[:5] == (1, 2, 4, 8, 16) and sizes[-3:] == (480, 496, 512)
+    assert 248 in sizes and 256 in sizes and 264 not in sizes and 272 in sizes
+    assert cudagraph_capture_sizes(3, 8192) == (1, 2, 4)
+    assert cudagraph_capture_sizes(1024, 100)[-3:] == (88, 96, 100)  # the token budget is captured too
 
 
 def test_steps_above_the_graph_limit_pay_the_eager_term() -> None:

@@ -3,8 +3,11 @@
 
 - OpenAI-server token budget and seat count: GPUs with at least 70 GiB that are not A100 get
   the large defaults, every other GPU the small ones.
-- CUDA graphs are captured up to ``min(2 x max_num_seqs, 512, max_num_batched_tokens)``
-  tokens; larger steps run eagerly.
+- CUDA graphs are captured at 1, 2, 4 tokens, every 8 to 256 and every 16 from 256, up to
+  ``min(2 x max_num_seqs, 512, max_num_batched_tokens)`` tokens; larger steps run eagerly.  A
+  smaller step replays the graph of the next captured size, its inputs padded to it (the cost
+  model prices a step at its own size: pricing the padding did not improve the validation,
+  ``docs/step-time-model.md``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.host import MAX_CUDAGRAPH_TOKENS
 
-__all__ = ["MAX_CUDAGRAPH_TOKENS", "cudagraph_limit", "server_defaults"]
+__all__ = ["MAX_CUDAGRAPH_TOKENS", "cudagraph_capture_sizes", "cudagraph_limit", "server_defaults"]
 
 LARGE_GPU_MIN_GIB = 70.0
 SERVER_DEFAULTS_LARGE = (8192, 1024)  # (max_num_batched_tokens, max_num_seqs)
@@ -27,9 +30,23 @@ def server_defaults(device: DeviceSpec) -> tuple[int, int]:
     return SERVER_DEFAULTS_SMALL
 
 
-
-
 def cudagraph_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
-    """The most tokens a step may have and still replay a captured CUDA graph (vLLM 0.25.1's
-    default capture sizes end at ``min(2 x max_num_seqs, 512, max_num_batched_tokens)``)."""
-    return min(2 * max_num_seqs, MAX_CUDAGRAPH_TOKENS, max_num_batched_tokens)
+    """The most tokens a step may have and still replay a captured CUDA graph: the largest of
+    :func:`cudagraph_capture_sizes` (``min(2 x max_num_seqs, 512, max_num_batched_tokens)`` when
+    that is a captured size, as with the server defaults)."""
+    return cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens)[-1]
+
+
+def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, ...]:
+    """The step sizes (tokens, ascending) vLLM 0.25.1 captures CUDA graphs at by default
+    (``VllmConfig._set_cudagraph_sizes``): up to ``top = min(2 x max_num_seqs, 512,
+    max_num_batched_tokens)``, the sizes 1, 2, 4, the multiples of 8 below 256, every 16 from
+    256, and ``max_num_batched_tokens`` itself when it is at most ``top``.  A graph step of ``n``
+    tokens runs at the first of them at least ``n``."""
+    top = min(2 * max_num_seqs, MAX_CUDAGRAPH_TOKENS, max_num_batched_tokens)
+    sizes = {size for size in (1, 2, 4) if size <= top}
+    sizes.update(range(8, min(top + 1, 256), 8))
+    sizes.update(range(256, top + 1, 16))
+    if max_num_batched_tokens <= top:
+        sizes.add(max_num_batched_tokens)
+    return tuple(sorted(sizes))
