@@ -7,6 +7,13 @@ One row per configuration folder: the median |error| over its Poisson levels of 
 TPOT and E2E, the number of levels, and the median host probe (ms) of those levels.  The
 README's table of deployment classes (quantized, MHA head dim 96, shared prefixes, long
 prompts) is this output.
+
+    python scripts/validation_classes.py /tmp/fid/errors.csv --by-load [--exclude REGEX]
+
+gives one row per load level instead (``f0.25``: a quarter of the run's measured capacity;
+``burst``), pooled over every configuration (less the runs ``REGEX`` matches, e.g. those a fit
+saw): the median signed error (a bias: + is the prediction too slow) and the median |error|, so
+a miss that grows or changes sign with load shows.
 """
 
 from __future__ import annotations
@@ -32,10 +39,37 @@ def class_table(errors: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([levels, probe, table.round(1)], axis=1)
 
 
+def load_table(errors: pd.DataFrame, exclude: str | None = None) -> pd.DataFrame:
+    """Rows per load level (``f0.25``..., ``burst``), columns ``levels`` and, per metric, the
+    median signed error and the median |error| (%) over the runs ``exclude`` does not match."""
+    e = errors if exclude is None else errors[~errors["run"].str.contains(exclude, regex=True)]
+    e = e[[(m, s) in COLS for m, s in zip(e["metric"], e["stat"], strict=True)]].copy()
+    e["pct"] = e["error"] * 100
+    e["key"] = e["metric"].str.split("_").str[0] + " " + e["stat"]
+    signed = e.pivot_table(index="level", columns="key", values="pct", aggfunc="median")
+    absolute = e.assign(pct=e["pct"].abs()).pivot_table(index="level", columns="key", values="pct", aggfunc="median")
+    keys = [f"{m.split('_')[0]} {s}" for m, s in COLS]
+    out = pd.DataFrame({"levels": e.groupby("level")["run"].nunique()})
+    for key in keys:
+        out[f"{key} bias"] = signed[key].round(1)
+        out[f"{key} |err|"] = absolute[key].round(1)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("errors", help="errors.csv of `latsim validate --out`")
+    ap.add_argument("--by-load", action="store_true", help="one row per load level, with the signed bias")
+    ap.add_argument("--exclude", help="a regular expression: leave out the runs it matches (--by-load)")
     args = ap.parse_args()
+    if args.by_load:
+        loads = load_table(pd.read_csv(args.errors), args.exclude)
+        print("| load | " + " | ".join(loads.columns) + " |")
+        print("| --- |" + " --- |" * len(loads.columns))
+        for name, row in loads.iterrows():
+            print(f"| {name} | {int(row['levels'])} | " + " | ".join(f"{v:+.1f} %" if "bias" in k else f"{v:.1f} %"
+                                                             for k, v in row.iloc[1:].items()) + " |")
+        return
     table = class_table(pd.read_csv(args.errors))
     print("| configuration | " + " | ".join(table.columns) + " |")
     print("| --- |" + " --- |" * len(table.columns))
