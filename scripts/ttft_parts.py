@@ -13,8 +13,8 @@ timestamps, ``latsim.measure.records``):
   the front-end's output processing, the client's event loop).
 
 The simulator's replay of the same run (``latsim validate``'s, at the run's host speed with
-``--host-speed probe``) gives ``queue`` (first scheduled step minus arrival) and ``prefill``
-(first token minus first scheduled step) and one front-end latency, ``frontend_s``, which it
+``--host-speed probe``) gives ``queue`` (the start of its first step minus arrival) and ``prefill``
+(first token minus that start) and one front-end latency, ``frontend_s``, which it
 adds to every token; the measured ``front_end + output`` is what that term stands for, less the
 part of ``output`` that grows with the requests running (``output_seq_s`` per request, which
 the replay adds to each first token and so shows inside its ``prefill``;
@@ -23,7 +23,18 @@ the replay adds to each first token and so shows inside its ``prefill``;
     python scripts/ttft_parts.py data/validation/h200-fidelity/llama-3.1-8b-mix-timed [--host-speed probe]
 
 prints, per level, the mean of each part in milliseconds (means add up to the mean TTFT;
-medians do not), measured and simulated, and the TTFT's median and p90.
+medians do not), measured and simulated, ``before_output`` (``front_end + queue + prefill``:
+arrival to the engine's output of the first token), and the TTFT's median and p90.
+
+The two sides end ``queue`` at different events.  vLLM stamps ``scheduled`` when its scheduler
+puts the request in a step; under asynchronous scheduling that is one step before the step
+runs (decided while the step before it is still on the GPU), and the engine core takes a new
+request in only between steps, so the measured ``queue`` is about zero and the wait for the
+running step is in ``front_end``.  The replay's ``queue`` ends when the request's step starts.
+So the length of a step moves from ``prefill`` (measured) to ``queue`` (simulated), and the
+measured wait for the running step sits in ``front_end``: compare ``before_output`` (the
+replay's includes the output path's share of ``frontend_s``, a few milliseconds) and the whole
+TTFT, not the parts one by one.
 """
 
 from __future__ import annotations
@@ -84,6 +95,7 @@ def level_rows(run_dir: Path, host_speed: float | str) -> list[dict[str, object]
         row: dict[str, object] = {"level": cmp.level, "side": side, "n": len(parts)}
         for part in PARTS:
             row[part] = 1e3 * float(parts[part].mean())
+        row["before_output"] = 1e3 * float((parts["front_end"] + parts["queue"] + parts["prefill"]).mean())
         row["ttft_p50"] = 1e3 * float(parts["ttft"].median())
         row["ttft_p90"] = 1e3 * float(parts["ttft"].quantile(0.9))
         rows.append(row)
@@ -103,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     if not rows:
         sys.exit(f"{args.root}: no run with engine-side times (vLLM's request stats) under it")
     table = pd.DataFrame(rows)
-    cols = ["level", "side", "n", *PARTS, "ttft_p50", "ttft_p90"]
+    cols = ["level", "side", "n", *PARTS, "before_output", "ttft_p50", "ttft_p90"]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.1f}"))
 
 

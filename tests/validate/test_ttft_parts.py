@@ -50,3 +50,12 @@ def test_timed_run_prints_both_sides(capsys: pytest.CaptureFixture[str]) -> None
     parts_script.main([str(run)])
     out = capsys.readouterr().out
     assert "measured" in out and "simulated" in out and "front_end" in out
+
+
+def test_before_output_is_the_sum_of_the_engine_side_parts() -> None:
+    run = (Path(__file__).resolve().parents[2] / "data" / "validation" / "h200-fidelity" / "llama-3.1-8b-mix-timed"
+           / "f0.10")
+    for row in parts_script.level_rows(run, 1.0):
+        parts = row["front_end"] + row["queue"] + row["prefill"]
+        assert row["before_output"] == pytest.approx(parts)
+        assert row["before_output"] + row["output"] == pytest.approx(row["ttft"])
