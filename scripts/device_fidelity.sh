@@ -13,6 +13,7 @@
 #                                                # (full: GEMMs, memory ops, MoE; other grids: GEMMs)
 #   bash scripts/device_fidelity.sh probe        # a long prefill chunk: alone, beside decodes, sustained
 #   bash scripts/device_fidelity.sh decode       # decode attention: the context staircase, spread and scattered blocks
+#   bash scripts/device_fidelity.sh mixed        # decode rows inside a prompt's attention call against decode-only calls
 #   bash scripts/device_fidelity.sh skew         # decode attention over spread contexts (long-prompt serving) and equal ones
 #   bash scripts/device_fidelity.sh power        # kernels at the power cap: fresh against sustained, duty cycles
 #   bash scripts/device_fidelity.sh int4         # 4-bit Machete with and without zero points, bursts and sustained
@@ -91,6 +92,12 @@ decode() {
   unpack || return 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   python3 scripts/device_decode_probe.py --out "$OUT" "$@"
+}
+
+mixed() {
+  unpack || return 1
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  python3 scripts/device_mixed_probe.py --out "$OUT" "$@"
 }
 
 skew() {
