@@ -8,9 +8,9 @@ Qwen2.5-32B (``data/traces/h200/s27/gl3-qwen2.5-32b``) ran longer than the price
 an amount that grows with the decode rows: about 0, 4 and 15 ms for 16, 64 and 128 rows beside a
 512-token prompt.
 
-Times here, per head shape and context, with the grid's own paged call (``attention._paged`` /
-``_flash_paged``: vLLM's FA3, 16-token pages, FA3's split heuristic above 512 tokens as vLLM
-leaves it outside CUDA graphs):
+Times here, per head shape and context, with the grid's own paged call (``attention.time_paged``:
+vLLM's FA3, 16-token pages, FA3's split heuristic above 512 tokens as vLLM leaves it outside
+CUDA graphs):
 
 * ``mixed``: one call over a ``P``-token prompt (no cached context) and ``D`` decode rows of
   context ``C``;
@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from latsim.calibration.attention import _flash_paged, _paged
+from latsim.calibration.attention import time_paged
 from latsim.calibration.context import make_context
 
 SHAPES = {"qwen-32b": (40, 8, 128), "llama-8b": (32, 8, 128), "llama-70b": (64, 8, 128)}
@@ -42,12 +42,7 @@ CONTEXTS = (700, 2048, 8192)
 
 def time_batch(ctx: Any, heads: tuple[int, int, int], q_lens: list[int], k_lens: list[int]) -> float:
     """Median microseconds of the grid's paged FA3 call over ``q_lens`` / ``k_lens``."""
-    hq, hkv, d = heads
-    c = _paged(ctx, q_lens, k_lens, hq, hkv, d)
-    t = ctx.timer.time(lambda i: _flash_paged(ctx, c))
-    c.clear()
-    ctx.clear()
-    return float(t.median_s * 1e6)
+    return time_paged(ctx, heads, q_lens, k_lens)["us"]
 
 
 def probe(ctx: Any) -> list[dict[str, Any]]:

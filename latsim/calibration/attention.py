@@ -245,8 +245,16 @@ def time_paged_decode(ctx: BenchContext, heads: tuple[int, int, int], k_lens: li
                       prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, float]:
     """The grid's paged FA3 decode call over contexts ``k_lens`` (``prepare`` may rework the batch
     first, e.g. scatter its blocks): median, p10 and p90 microseconds and the repetitions."""
+    return time_paged(ctx, heads, [1] * len(k_lens), k_lens, prepare)
+
+
+def time_paged(ctx: BenchContext, heads: tuple[int, int, int], q_lens: list[int], k_lens: list[int],
+               prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, float]:
+    """The grid's paged FA3 call over sequences of ``q_lens`` query rows and ``k_lens`` keys (a
+    prefill chunk's keys include its own rows; decode rows have one query): median, p10 and p90
+    microseconds and the repetitions (see :func:`time_paged_decode`)."""
     hq, hkv, d = heads
-    c = _paged(ctx, [1] * len(k_lens), k_lens, hq, hkv, d)
+    c = _paged(ctx, q_lens, k_lens, hq, hkv, d)
     if prepare is not None:
         c = prepare(c)
     t = ctx.timer.time(lambda i: _flash_paged(ctx, c))
