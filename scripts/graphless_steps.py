@@ -42,14 +42,29 @@ FIRST_MATCH_MS = 1.5
 client sees it (the client takes a step's tokens one after another: 0.4 ms for 120 of them)."""
 LATE_MS = 0.3
 """... and at most this long after it (the two clocks are one; this is rounding)."""
+OUTPUT_CHUNK = 128
+"""vLLM 0.25.1's front end hands a step's outputs on in chunks of this many requests
+(``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE``), letting the client's tasks run between chunks."""
+CHUNK_GAP_MS = 4.0
+"""A step of more outputs than :data:`OUTPUT_CHUNK` reaches the client in bursts this close at most
+(1.5-2.6 ms apart beside 256 decoders); they are merged into one emission (:func:`merged`)."""
 
 
-def cycle_parts(prompt: dict[str, Any]) -> tuple[float, float, float] | None:
+def merged(emissions: list[float], within_ms: float) -> list[float]:
+    """``emissions`` with each one closer than ``within_ms`` to the one before dropped: a step of
+    more than :data:`OUTPUT_CHUNK` outputs reaches the client in bursts a few ms apart, which the
+    recorded split (0.5 ms) counts as two emissions."""
+    return [e for i, e in enumerate(emissions) if i == 0 or e - emissions[i - 1] >= within_ms]
+
+
+def cycle_parts(prompt: dict[str, Any], merge_ms: float = 0.0) -> tuple[float, float, float] | None:
     """``(e0, e1, first)`` in ms from the prompt's send, or None when the emissions around its
-    first token are not there (no decoders, or the prompt's step was the first one seen)."""
+    first token are not there (no decoders, or the prompt's step was the first one seen); the
+    emissions :func:`merged` within ``merge_ms`` first (the first token may then come up to
+    ``merge_ms`` after its step's first burst)."""
     first = float(prompt["ttft_ms"])
-    ems = [float(e) for e in prompt["emissions_ms"]]
-    at = [i for i, e in enumerate(ems) if -LATE_MS <= first - e <= FIRST_MATCH_MS]
+    ems = merged([float(e) for e in prompt["emissions_ms"]], merge_ms)
+    at = [i for i, e in enumerate(ems) if -LATE_MS <= first - e <= FIRST_MATCH_MS + merge_ms]
     if not at or at[-1] < 2:
         return None
     i = at[-1]
@@ -103,7 +118,8 @@ def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any
     eager, launch = cm.eager_s(shape), cm.launch_s(shape)
     graphless = eager > 0.0 or launch > 0.0
     tail = cm.launch_tail_s if launch > 0 else 0.0
-    parts = [p for p in (cycle_parts(x) for x in res["prompts"]) if p is not None]
+    merge = CHUNK_GAP_MS if decodes + 1 > OUTPUT_CHUNK else 0.0
+    parts = [p for p in (cycle_parts(x, merge) for x in res["prompts"]) if p is not None]
     row: dict[str, Any] = {
         "scenario": sc["label"], "tokens": shape.num_tokens, "graphless": graphless, "n": len(res["prompts"]),
         "ttft_ms": _median([float(x["ttft_ms"]) for x in res["prompts"]]), "decode_ms": quiet,

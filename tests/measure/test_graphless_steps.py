@@ -111,3 +111,13 @@ def test_a_config_dir_run_is_priced_from_the_config_beside_its_timings(tmp_path:
     assert row8["model_gpu_ms"] == pytest.approx(catalog_row["model_gpu_ms"])
     # the 32B's 64 layers launch twice the 8B's 32 and its step costs more
     assert row32["model_launch_ms"] > 1.5 * row8["model_launch_ms"] and row32["model_gpu_ms"] > 2 * row8["model_gpu_ms"]
+
+
+def test_a_steps_tokens_taken_in_two_bursts_are_one_emission() -> None:
+    assert gl.merged([0.0, 1.8, 13.0, 15.1, 27.0], 6.0) == [0.0, 13.0, 27.0]
+    assert gl.merged([0.0, 1.8, 13.0], 0.0) == [0.0, 1.8, 13.0]
+    # decode steps every 13 ms, each seen in two bursts 2 ms apart; the prompt's step decided at
+    # the emission at 0.0, its launch ended at 40.0, its first token in its step's second burst
+    prompt = {"ttft_ms": 54.3, "emissions_ms": [-13.0, -11.0, 0.0, 2.0, 40.0, 42.0, 52.0, 54.0]}
+    assert gl.cycle_parts(prompt) == (42.0, 52.0, 54.3)  # unmerged: a step's second burst read as a step
+    assert gl.cycle_parts(prompt, 6.5) == (0.0, 40.0, 54.3)
