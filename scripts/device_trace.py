@@ -53,6 +53,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -396,6 +397,7 @@ async def scenarios(args: argparse.Namespace, engine: Any, client: Client, out: 
     for k, sc in enumerate(args.scenario):
         tag = f"s{k}"
         probed = {"host_speed_before": host_speed(1.0)}
+        started_at = datetime.now(timezone.utc).isoformat()  # cuts an nvidia-smi series (power_summary.py)
         t = time.perf_counter()
         if sc["kind"] == "decode":
             res = await decode(engine, client, sc, args.window, tag)
@@ -405,7 +407,8 @@ async def scenarios(args: argparse.Namespace, engine: Any, client: Client, out: 
             res = await graphless(client, sc, tag)
         else:
             res = await chunked(engine, client, sc, tag)
-        res.update(scenario=sc, seconds=time.perf_counter() - t, **probed, host_speed_after=host_speed(1.0))
+        res.update(scenario=sc, started_at=started_at, seconds=time.perf_counter() - t, **probed,
+                   host_speed_after=host_speed(1.0))
         path = newest_trace(prof_dir, seen) if sc["kind"] != "graphless" else None
         if path is not None:
             seen.add(path)

@@ -9,6 +9,12 @@
 3. ``smi-<run>.csv``: the SM clock and power over a live run's levels (``nvidia-smi`` every
    100 ms), cut by each level's start and duration from its ``meta.json``; ``runs.json`` names
    the run folder (from the repository root) of each file.
+
+    python scripts/power_summary.py --trace data/traces/h200/RUN data/power/h200/smi-RUN.csv.gz
+
+cuts an ``nvidia-smi`` series (with or without its header and units, gzipped or not) by the
+scenarios of a ``scripts/device_trace.py`` run instead (each scenario's ``started_at`` and
+``seconds`` in ``timings.json``, stamped since the twenty-seventh session; earlier runs lack them).
 """
 
 from __future__ import annotations
@@ -57,27 +63,72 @@ def power_table(probe: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+SMI_COLUMNS = ("ts", "sm", "watts", "temp", "util")
+
+
+def read_smi(smi_csv: Path) -> pd.DataFrame:
+    """An ``nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu[,utilization.gpu]``
+    series: written with ``noheader,nounits`` or with its header line and units (``1980 MHz``),
+    plain or gzipped; columns ``sm``, ``watts``, ``temp`` (and ``util`` when queried) and the
+    sample time ``t`` (UTC)."""
+    raw = pd.read_csv(smi_csv, header=None, skipinitialspace=True, dtype=str)
+    if raw.iloc[0, 0].strip() == "timestamp":
+        raw = raw.iloc[1:]
+    raw = raw.iloc[:, :len(SMI_COLUMNS)]
+    raw.columns = list(SMI_COLUMNS[:raw.shape[1]])
+    stamps = pd.to_datetime(raw["ts"].str.strip(), format="%Y/%m/%d %H:%M:%S.%f")
+    smi = pd.DataFrame({"t": stamps.dt.tz_localize("UTC")})
+    for name in raw.columns[1:]:
+        smi[name] = pd.to_numeric(raw[name].str.extract(r"([-0-9.]+)")[0]).to_numpy()
+    return smi.reset_index(drop=True)
+
+
+def _cut(smi: pd.DataFrame, name: str, start: str, seconds: float) -> dict[str, Any]:
+    t0 = pd.Timestamp(start)
+    s = smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=seconds))]
+    row: dict[str, Any] = {"level": name, "samples": len(s), "sm_mhz_p10": int(s["sm"].quantile(0.1)),
+                           "sm_mhz_median": int(s["sm"].median()),
+                           "share_below_1800": round(float((s["sm"] < 1800).mean()), 2),
+                           "watts_mean": int(s["watts"].mean())}
+    if "util" in s:
+        row["gpu_util_mean"] = int(s["util"].mean())
+    return row
+
+
 def live_clocks(smi_csv: Path, run_dir: Path) -> pd.DataFrame:
     """SM clock and power per level of one live run."""
-    smi = pd.read_csv(smi_csv, header=None, names=["ts", "sm", "watts", "temp", "util"], skipinitialspace=True)
-    smi["t"] = pd.to_datetime(smi["ts"], format="%Y/%m/%d %H:%M:%S.%f").dt.tz_localize("UTC")
+    smi = read_smi(smi_csv)
     rows = []
     for level in sorted(p.name for p in run_dir.iterdir() if (p / "meta.json").exists()):
         meta = json.loads((run_dir / level / "meta.json").read_text())
-        t0 = pd.Timestamp(meta["start_time"])
-        s = smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=meta["duration_s"]))]
-        rows.append({"level": level, "samples": len(s), "sm_mhz_p10": int(s["sm"].quantile(0.1)),
-                     "sm_mhz_median": int(s["sm"].median()),
-                     "share_below_1800": round(float((s["sm"] < 1800).mean()), 2),
-                     "watts_mean": int(s["watts"].mean()), "gpu_util_mean": int(s["util"].mean())})
+        rows.append(_cut(smi, level, meta["start_time"], meta["duration_s"]))
     return pd.DataFrame(rows)
+
+
+def trace_clocks(smi_csv: Path, trace_dir: Path) -> pd.DataFrame:
+    """SM clock and power per scenario of one ``device_trace.py`` run; ValueError when its
+    ``timings.json`` does not stamp the scenarios' starts."""
+    meta = json.loads((trace_dir / "timings.json").read_text())
+    scenarios = meta.get("scenarios", [])
+    if not scenarios or any("started_at" not in sc for sc in scenarios):
+        raise ValueError(f"{trace_dir}: its scenarios carry no started_at (device_trace.py stamps them since the "
+                         "twenty-seventh session; earlier runs lack them)")
+    smi = read_smi(smi_csv)
+    return pd.DataFrame([_cut(smi, sc["scenario"]["label"], sc["started_at"], sc["seconds"]) for sc in scenarios])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("folder", type=Path)
+    ap.add_argument("folder", type=Path, help="data/power/h200, or with --trace a device_trace.py run")
+    ap.add_argument("--trace", metavar="SMI", type=Path, help="cut this nvidia-smi series by the run's scenarios")
     args = ap.parse_args()
     pd.set_option("display.width", 200)
+    if args.trace is not None:
+        try:
+            print(trace_clocks(args.trace, args.folder).to_string(index=False))
+        except (ValueError, FileNotFoundError) as exc:
+            raise SystemExit(str(exc)) from exc
+        return
     print(prefill_table(json.loads((args.folder / "prefill_probe.json").read_text())).to_string(index=False))
     with gzip.open(args.folder / "power_probe.json.gz", "rt") as f:
         print(power_table(json.load(f)).to_string(index=False))

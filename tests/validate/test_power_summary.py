@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
+
+import pytest
 
 from tests.script_module import load_script
 
@@ -38,3 +41,31 @@ def test_power_table_takes_medians_per_window_of_the_run() -> None:
     assert row["0.3-0.5 s"] == 2.1 and row["0.5-1.0 s"] == 2.5 and row["1.0-2.0 s"] == 2.8
     assert row["2.0-3.1 s"] == 3.0 and row["sm_mhz_median"] == 1470
     assert row["case"] == "bf16 4096x28672 M=8160"
+
+
+def test_trace_clocks_cut_a_headed_gzipped_series_by_scenario(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    scenarios = [{"scenario": {"label": "decode:seqs=8,in=512"}, "started_at": "2026-12-02T07:00:00+00:00",
+                  "seconds": 3.0},
+                 {"scenario": {"label": "decode:seqs=256,in=512"}, "started_at": "2026-12-02T07:00:05+00:00",
+                  "seconds": 3.0}]
+    (trace / "timings.json").write_text(json.dumps({"scenarios": scenarios}))
+    lines = ["timestamp, clocks.current.sm [MHz], power.draw [W], temperature.gpu"]
+    lines += [f"2026/12/02 07:00:0{s}.000, {1980 if s < 5 else 1500} MHz, {500 if s < 5 else 692}.5 W, 50"
+              for s in range(8)]
+    smi = tmp_path / "smi.csv.gz"
+    with gzip.open(smi, "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    table = power.trace_clocks(smi, trace).set_index("level")
+    assert table.loc["decode:seqs=8,in=512", "samples"] == 3
+    assert table.loc["decode:seqs=8,in=512", "sm_mhz_median"] == 1980
+    assert table.loc["decode:seqs=256,in=512", "sm_mhz_median"] == 1500
+    assert table.loc["decode:seqs=256,in=512", "watts_mean"] == 692
+    assert "gpu_util_mean" not in table.columns
+
+
+def test_trace_clocks_need_stamped_scenarios(tmp_path: Path) -> None:
+    (tmp_path / "timings.json").write_text(json.dumps({"scenarios": [{"scenario": {"label": "x"}, "seconds": 1.0}]}))
+    with pytest.raises(ValueError, match="started_at"):
+        power.trace_clocks(tmp_path / "smi.csv", tmp_path)
