@@ -6,9 +6,9 @@
    beside 32/64 decode rows in one call, and sustained (alone, and between its step's GEMMs);
 2. ``power_probe.json.gz`` (``scripts/device_power_probe.py``): per kernel, the per-call time over
    the seconds of a sustained run, and duty cycles;
-3. ``smi-<run>.csv``: the SM clock and power over a live run's levels (``nvidia-smi`` every
-   100 ms), cut by each level's start and duration from its ``meta.json``; ``runs.json`` names
-   the run folder (from the repository root) of each file.
+3. ``smi-<run>.csv[.gz]``: the SM clock and power over a live run's levels (``nvidia-smi`` every
+   100-200 ms), cut by each level's start and duration from its ``meta.json``; ``runs.json`` names
+   each such file and its run folder (from the repository root).
 
     python scripts/power_summary.py --trace data/traces/h200/RUN data/power/h200/smi-RUN.csv.gz
 
@@ -64,22 +64,30 @@ def power_table(probe: dict[str, Any]) -> pd.DataFrame:
 
 
 SMI_COLUMNS = ("ts", "sm", "watts", "temp", "util")
+"""The columns of a headerless series, in order (``--query-gpu=timestamp,clocks.sm,power.draw,
+temperature.gpu,utilization.gpu``)."""
+SMI_NAMES = {"timestamp": "ts", "clocks.current.sm": "sm", "clocks.current.memory": "mem", "power.draw": "watts",
+             "temperature.gpu": "temp", "utilization.gpu": "util"}
+"""A headed series' column names (units cut off) -> ours."""
 
 
 def read_smi(smi_csv: Path) -> pd.DataFrame:
-    """An ``nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu[,utilization.gpu]``
-    series: written with ``noheader,nounits`` or with its header line and units (``1980 MHz``),
-    plain or gzipped; columns ``sm``, ``watts``, ``temp`` (and ``util`` when queried) and the
-    sample time ``t`` (UTC)."""
+    """An ``nvidia-smi --query-gpu=...`` series: written with ``noheader,nounits`` (the columns of
+    :data:`SMI_COLUMNS`, in order) or with its header line (columns by name, :data:`SMI_NAMES`) and
+    units (``1980 MHz``), plain or gzipped; columns ``sm``, ``watts``, ``temp`` (``util``, ``mem``
+    when queried) and the sample time ``t`` (UTC)."""
     raw = pd.read_csv(smi_csv, header=None, skipinitialspace=True, dtype=str)
     if raw.iloc[0, 0].strip() == "timestamp":
+        names = [SMI_NAMES.get(str(h).split("[")[0].strip(), f"col{i}") for i, h in enumerate(raw.iloc[0])]
         raw = raw.iloc[1:]
-    raw = raw.iloc[:, :len(SMI_COLUMNS)]
-    raw.columns = list(SMI_COLUMNS[:raw.shape[1]])
+    else:
+        names = [*SMI_COLUMNS, *(f"col{i}" for i in range(len(SMI_COLUMNS), raw.shape[1]))][:raw.shape[1]]
+    raw.columns = names
     stamps = pd.to_datetime(raw["ts"].str.strip(), format="%Y/%m/%d %H:%M:%S.%f")
     smi = pd.DataFrame({"t": stamps.dt.tz_localize("UTC")})
-    for name in raw.columns[1:]:
-        smi[name] = pd.to_numeric(raw[name].str.extract(r"([-0-9.]+)")[0]).to_numpy()
+    for name in names:
+        if name in SMI_NAMES.values() and name != "ts":
+            smi[name] = pd.to_numeric(raw[name].str.extract(r"([-0-9.]+)")[0]).to_numpy()
     return smi.reset_index(drop=True)
 
 
@@ -133,7 +141,8 @@ def main() -> None:
     with gzip.open(args.folder / "power_probe.json.gz", "rt") as f:
         print(power_table(json.load(f)).to_string(index=False))
     runs = json.loads((args.folder / "runs.json").read_text())
-    for smi in sorted(args.folder.glob("smi-*.csv")):
+    for name in sorted(runs):  # the series beside live runs (those beside traces: --trace)
+        smi = args.folder / name
         print(f"{smi.name} ({runs[smi.name]})")
         print(live_clocks(smi, Path(runs[smi.name])).to_string(index=False))
 

@@ -69,3 +69,12 @@ def test_trace_clocks_need_stamped_scenarios(tmp_path: Path) -> None:
     (tmp_path / "timings.json").write_text(json.dumps({"scenarios": [{"scenario": {"label": "x"}, "seconds": 1.0}]}))
     with pytest.raises(ValueError, match="started_at"):
         power.trace_clocks(tmp_path / "smi.csv", tmp_path)
+
+
+def test_a_headed_series_is_read_by_column_name(tmp_path: Path) -> None:
+    smi = tmp_path / "smi.csv"
+    smi.write_text("timestamp, clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], "
+                   "temperature.gpu, utilization.gpu [%]\n"
+                   "2026/12/02 07:00:00.000, 1500 MHz, 3201 MHz, 692.1 W, 50, 97 %\n")
+    row = power.read_smi(smi).iloc[0]
+    assert row["sm"] == 1500 and row["watts"] == 692.1 and row["mem"] == 3201 and row["util"] == 97
