@@ -141,10 +141,9 @@ def main() -> None:
     with gzip.open(args.folder / "power_probe.json.gz", "rt") as f:
         print(power_table(json.load(f)).to_string(index=False))
     runs = json.loads((args.folder / "runs.json").read_text())
-    for name in sorted(runs):  # the series beside live runs (those beside traces: --trace)
-        smi = args.folder / name
-        print(f"{smi.name} ({runs[smi.name]})")
-        print(live_clocks(smi, Path(runs[smi.name])).to_string(index=False))
+    for name, run in sorted(runs.items()):  # the series beside live runs (those beside traces: --trace)
+        print(f"{name} ({run})")
+        print(live_clocks(args.folder / name, Path(run)).to_string(index=False))
 
 
 if __name__ == "__main__":

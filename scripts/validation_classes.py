@@ -25,15 +25,25 @@ import pandas as pd
 COLS = [(m, s) for m in ("ttft_ms", "tpot_ms", "e2e_ms") for s in ("p50", "p99")]
 
 
+def label(metric: str, stat: str) -> str:
+    """A column's name: ``ttft p50`` for ``("ttft_ms", "p50")``."""
+    return f"{metric.split('_')[0]} {stat}"
+
+
+def headline_rows(errors: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``errors`` whose (metric, statistic) is one of :data:`COLS`."""
+    return errors[[(m, s) in COLS for m, s in zip(errors["metric"], errors["stat"], strict=True)]]
+
+
 def class_table(errors: pd.DataFrame) -> pd.DataFrame:
     """Rows per configuration folder, columns ``levels``, ``host_probe_ms`` and the |error| medians (%)."""
     e = errors[errors["level"].str.startswith("f")].copy()
     e["config"] = e["run"].str.replace(r"/[^/]+$", "", regex=True).str.replace(r"^.*/", "", regex=True)
     e["abs"] = e["error"].abs() * 100
-    keep = e[[(m, s) in COLS for m, s in zip(e["metric"], e["stat"], strict=True)]]
+    keep = headline_rows(e)
     table = keep.pivot_table(index="config", columns=["metric", "stat"], values="abs", aggfunc="median")
     table = table[[c for c in COLS if c in table.columns]]
-    table.columns = [f"{m.split('_')[0]} {s}" for m, s in table.columns]
+    table.columns = [label(m, s) for m, s in table.columns]
     levels = e.groupby("config")["run"].nunique().rename("levels")
     probe = e.groupby("config")["host_probe_ms"].median().rename("host_probe_ms")
     return pd.concat([levels, probe, table.round(1)], axis=1)
@@ -43,14 +53,13 @@ def load_table(errors: pd.DataFrame, exclude: str | None = None) -> pd.DataFrame
     """Rows per load level (``f0.25``..., ``burst``), columns ``levels`` and, per metric, the
     median signed error and the median |error| (%) over the runs ``exclude`` does not match."""
     e = errors if exclude is None else errors[~errors["run"].str.contains(exclude, regex=True)]
-    e = e[[(m, s) in COLS for m, s in zip(e["metric"], e["stat"], strict=True)]].copy()
+    e = headline_rows(e).copy()
     e["pct"] = e["error"] * 100
-    e["key"] = e["metric"].str.split("_").str[0] + " " + e["stat"]
+    e["key"] = [label(m, s) for m, s in zip(e["metric"], e["stat"], strict=True)]
     signed = e.pivot_table(index="level", columns="key", values="pct", aggfunc="median")
     absolute = e.assign(pct=e["pct"].abs()).pivot_table(index="level", columns="key", values="pct", aggfunc="median")
-    keys = [f"{m.split('_')[0]} {s}" for m, s in COLS]
     out = pd.DataFrame({"levels": e.groupby("level")["run"].nunique()})
-    for key in keys:
+    for key in (label(m, s) for m, s in COLS):
         out[f"{key} bias"] = signed[key].round(1)
         out[f"{key} |err|"] = absolute[key].round(1)
     return out
