@@ -30,6 +30,12 @@ What is fitted (the model: :mod:`latsim.costmodel.power`):
   (:func:`quantized_pairs`; for bf16 the 8B's gate_up of ``prefill_probe.json`` and
   ``power_probe.json.gz``, kept in ``power.json`` either way).
 
+- ``decode_cap``: the decoders' tensor rate at which sustained decoding starts to lower the clock
+  and at which it holds it at the cap (``scripts/power_decode.py``), from ``--decode-trace
+  RUN=SMI`` pairs: a ``device_trace.py`` run of stamped decode scenarios and the ``nvidia-smi``
+  series beside it (the H200's: ``data/traces/h200/s27/pw2-qwen2.5-32b`` with
+  ``data/power/h200/smi-pw2-s27.csv.gz``).  Without pairs, no decode cap.
+
 Without ``--write`` it prints the fit; with it, writes ``<profile>/power.json`` (atomically)
 with the values, the pairs, the fit's residual and the sources' sha256.
 """
@@ -46,6 +52,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from power_decode import decode_points, fit_ramp, probe_clocks  # type: ignore[import-not-found]  # scripts/
 
 from latsim.atomic import atomic_write_text
 
@@ -269,6 +276,33 @@ def fit_dynamics(power: dict[str, Any], full_ms: float) -> dict[str, Any]:
             "runs": per_run, "full_ms": full_ms, "capped_ms": capped_ms}
 
 
+def _run_and_series(text: str) -> tuple[Path, Path]:
+    """``RUN=SMI`` as two paths; SystemExit naming the argument when malformed or missing."""
+    run, sep, smi = text.partition("=")
+    if not sep or not Path(run, "timings.json").is_file() or not Path(smi).is_file():
+        raise SystemExit(f"--decode-trace {text!r}: expected RUN=SMI, RUN a device_trace.py run folder "
+                         "(with timings.json) and SMI its nvidia-smi series")
+    return Path(run), Path(smi)
+
+
+def fit_decode_cap(pairs: list[tuple[Path, Path]], power: dict[str, Any], profile: Path, budget_s: float,
+                   gemm_full_ms: float) -> dict[str, Any]:
+    """The tensor-rate state's ramp (``scripts/power_decode.py``) over every decode scenario of the
+    runs, with the probe's two clocks it measured shares against, and its time constant: the one
+    at which back-to-back bf16 GEMMs from idle (the 8,160-row gate_up at ``gemm_full_ms``, its
+    full-clock time) reach the ramp's top after ``budget_s``, as the budget has them reach the cap."""
+    clocks = probe_clocks(power, HEAVY_TOKENS)
+    points = pd.concat([decode_points(run, smi, profile, clocks) for run, smi in pairs], ignore_index=True)
+    fit = fit_ramp(points)
+    gemm_tflops = 2e-12 * CHUNK * GATE_UP[0] * GATE_UP[1] / (gemm_full_ms / 1e3)
+    if gemm_tflops <= fit["decode_full_tflops"]:
+        raise ValueError(f"the probe's GEMM rate {gemm_tflops:.0f} TFLOP/s is below the ramp's top "
+                         f"{fit['decode_full_tflops']:.0f}: no time constant reaches it")
+    tau = budget_s / -math.log(1.0 - fit["decode_full_tflops"] / gemm_tflops)
+    return {**fit, "decode_tau_s": round(tau, 4), "gemm_tflops": round(gemm_tflops, 1),
+            "full_mhz": clocks[0], "capped_mhz": clocks[1]}
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -281,6 +315,9 @@ def main() -> None:
     ap.add_argument("--capped-window", type=float, nargs=2, metavar=("FROM_S", "TO_S"),
                     help="seconds into a sustained run whose calls set its capped time (default 0.5 1.0; "
                          "the duty-cycle fit keeps the default)")
+    ap.add_argument("--decode-trace", action="append", default=[], metavar="RUN=SMI",
+                    help="a device_trace.py run of stamped decode scenarios and the nvidia-smi series beside it "
+                         "(repeatable): fits the decode cap")
     args = ap.parse_args()
     prefill_path, power_path = args.folder / "prefill_probe.json", args.folder / "power_probe.json.gz"
     int4_path = args.folder / "int4_probe.json.gz"
@@ -306,6 +343,9 @@ def main() -> None:
     dynamics = fit_dynamics(power, pairs_by_class["bf16"][0]["full_ms"])
     gemm_pairs = {**quantized_pairs(power, int4, gemm, window), "bf16": pairs_by_class["bf16"]}
     gemms = class_ratios(gemm_pairs, layer_ratios(shapes, gemm, window))
+    decode_pairs = [_run_and_series(text) for text in args.decode_trace]
+    decode_cap = (fit_decode_cap(decode_pairs, power, args.profile, dynamics["budget_s"],
+                                 pairs_by_class["bf16"][0]["full_ms"]) if decode_pairs else None)
     result = {
         "full_clock_ratio": float(np.median(full)), "capped_ratio": float(np.median(capped)),
         **{k: dynamics[k] for k in ("budget_s", "refill")},
@@ -313,12 +353,17 @@ def main() -> None:
         "applies_to": "prefill attention over a 16-bit KV cache in steps of at least heavy_tokens tokens; the "
                       "GEMMs of those steps by their class's ratios under 'gemms'",
         "pairs": attention, "gemms": gemms, "dynamics_fit": dynamics,
+        **({"decode_cap": decode_cap} if decode_cap else {}),
         "sources": {str(p): _sha(p) for p in (prefill_path, power_path, int4_path, *shape_paths,
+                                              *(path for run, smi in decode_pairs
+                                                for path in (run / "timings.json", smi)),
                                               args.profile / "gemm.parquet", args.profile / "attention.parquet")
                     if p.exists()},
         "command": "python scripts/fit_power.py " + " ".join([str(args.folder), "--profile", str(args.profile),
                                                                *(["--capped-window", *map(str, window)]
-                                                                 if args.capped_window else []), "--write"]),
+                                                                 if args.capped_window else []),
+                                                               *(f"--decode-trace {t}" for t in args.decode_trace),
+                                                               "--write"]),
     }
     print(json.dumps({k: v for k, v in result.items() if k != "sources"}, indent=1))
     if args.write:

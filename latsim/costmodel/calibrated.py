@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from latsim.catalog.devices import DeviceSpec
 from latsim.catalog.models import ModelSpec
+from latsim.catalog.sizing import param_breakdown
 from latsim.costmodel.batch import BatchShape, run_squares
 from latsim.costmodel.ops import (
     DKV,
@@ -97,11 +98,15 @@ class CalibratedCostModel:
         self._spread: DecodeSpread | None = None
         self._factor: SpreadFactor | None = None
         self._launches = _launch_terms(shard)
+        peak = device.flops_for("bf16")
+        self.tflop_per_token = (2e-12 * param_breakdown(model).linear_active / shard.tp
+                                * peak / device.flops_for(shard.gemm_dtype))
+        """Tensor work per token of each GPU's linear layers, in bf16-equivalent TFLOP (fp8 work
+        counts at bf16's over fp8's peak: the same tensor-core time for twice the FLOPs)."""
         self._full = float(shard.layers - shard.window_layers)
         self._win = float(shard.window_layers)
         self._decode_rows = np.asarray(tables.decode, dtype=np.float64)
         self._c_knots = np.asarray(tables.c_knots, dtype=np.float64)
-        peak = device.flops_for("bf16")
         self._pair_s = 4.0 * shard.q_width / peak
         self._q_byte_s = (shard.kv_bytes + 2.0) * shard.q_width / device.hbm_bandwidth
         self._kv_byte_s = 2.0 * shard.kv_width * shard.kv_bytes / device.hbm_bandwidth
@@ -233,6 +238,18 @@ class CalibratedCostModel:
             return heavy, attn_r[0], attn_r[1]
         assert gemm_r and attn_r
         return (heavy, (gemm * gemm_r[0] + attn * attn_r[0]) / heavy, (gemm * gemm_r[1] + attn * attn_r[1]) / heavy)
+
+    def decode_tflops(self, batch: BatchShape) -> float:
+        """The sustained tensor rate (bf16-equivalent TFLOP/s per GPU) of ``batch``'s decoders run
+        on their own: :attr:`tflop_per_token` x the decode sequences over the price of that
+        decode-only step (0.0 without decoders); the power model reads it
+        (:mod:`latsim.costmodel.power`)."""
+        if batch.decode_seqs <= 0:
+            return 0.0
+        alone = BatchShape(decode_seqs=batch.decode_seqs, decode_kv_tokens=batch.decode_kv_tokens,
+                           decode_kv_sq=batch.decode_kv_sq)
+        price = self.step_time(alone)
+        return self.tflop_per_token * batch.decode_seqs / price if price > 0.0 else 0.0
 
     @property
     def _gemm_class(self) -> str:

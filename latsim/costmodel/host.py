@@ -122,6 +122,8 @@ class HostOverlapCostModel:
         self._inner_step = inner.step_time  # step_time is hot: bind once
         self.power = getattr(inner, "power", None)
         """The GPU's power-cap terms, when the inner model has them (:mod:`latsim.costmodel.power`)."""
+        self.tflop_per_token: float = getattr(inner, "tflop_per_token", 0.0)
+        """The inner model's tensor work per token (:mod:`latsim.costmodel.power`)."""
         self._scale, self._step_s, self._seq_s = host.gpu_scale, host.step_s, host.seq_s
         self._eager_s = host.eager_layer_s * layers + host.eager_moe_layer_s * moe_layers
         launch = host.launch_layer_s * layers + host.launch_moe_layer_s * moe_layers if asynchronous else 0.0
@@ -161,6 +163,10 @@ class HostOverlapCostModel:
         with their full-clock and capped ratios."""
         heavy, full, capped = self.inner.heavy_parts(batch)  # type: ignore[attr-defined]
         return heavy * self._scale, full, capped
+
+    def decode_tflops(self, batch: BatchShape) -> float:
+        """The inner model's decode tensor rate (:mod:`latsim.costmodel.power`) at this GPU-time scale."""
+        return float(self.inner.decode_tflops(batch)) / self._scale  # type: ignore[attr-defined]
 
     def eager_s(self, batch: BatchShape) -> float:
         """The CPU-paced seconds inside ``batch``'s GPU time (:meth:`parts`): the eager terms of a

@@ -29,6 +29,31 @@ fast and the reference engine apply it at the same steps):
   (about 1.15) at the cap, the same on every model; the other kernels' rows were timed in short
   bursts, partly heated into the cap, so their pairs straddle 1.
 
+The whole load sets the clock, not prefill alone: a big model's decode steps of many sequences
+keep the tensor cores busy step after step and hold the GPU at its cap too (on the H200,
+Qwen2.5-32B from 64-128 sequences, Llama-3.1-8B from 128; ``data/traces/h200/s27``).  Those decode
+steps keep their price (memory-bound), but the compute-bound kernels of a step that runs a
+prompt beside them run at the lowered clock.  Hence the *tensor-rate state*, when ``power.json``
+has ``decode_cap``: an exponential average, time constant ``decode_tau_s``, of the GPU's tensor
+work rate (bf16-equivalent TFLOP/s per GPU of the linear layers,
+:attr:`~latsim.costmodel.calibrated.CalibratedCostModel.tflop_per_token`), and the share of the
+way to the capped clock a ramp in it (:meth:`PowerCap.decode_share`): 0 at or below
+``decode_onset_tflops``, 1 at or above ``decode_full_tflops``.
+
+- The state is advanced at every step with prompt work: since the last such step the GPU ran
+  this step's decoders (at their decode-only rate,
+  :meth:`~latsim.costmodel.calibrated.CalibratedCostModel.decode_tflops`; none: idle), then this
+  step at its own rate (all its tokens over its price).
+- A light step pays its heavy seconds ``1 + s x (capped / full - 1)`` times (its price read as a
+  full-clock one), ``s`` the ramp at the mean of the state before and after it; a heavy step
+  runs its full-clock share at ``full + s x (capped - full)``, ``s`` the ramp before it (its own
+  heat is the budget's).  Decode-only steps are not moved (their kernels keep their price at
+  the cap, measured).
+- The ramp is fitted on steady decode runs (where the state equals the decoders' rate), the
+  time constant from the budget (``scripts/fit_power.py --decode-trace``).  The shipped H200
+  profile does not carry it yet: with the graph-less term refitted it did not improve the
+  held-out levels as a whole (``docs/step-time-model.md``).
+
 On the H200 the clock held for 30-50 ms of back-to-back GEMMs from idle, recovered fully in a
 200 ms pause, half in 100 ms and little in 50 ms (duty cycles of ``data/power/``): a budget of
 tens of milliseconds and a refill of about half the idle time.
@@ -49,6 +74,8 @@ from typing import Any
 
 POWER_FILE = "power.json"
 FIELDS = ("full_clock_ratio", "capped_ratio", "budget_s", "refill", "heavy_tokens")
+DECODE_FIELDS = ("decode_onset_tflops", "decode_full_tflops", "decode_tau_s")
+"""The tensor-rate state's ramp and time constant (``power.json``'s ``decode_cap``); absent: none."""
 GEMM_CLASSES = ("bf16", "fp8", "int4")
 """GEMM classes that may carry their own ratios (``power.json``'s ``gemms``)."""
 
@@ -67,6 +94,12 @@ class PowerCap:
     """``(class, full-clock ratio, capped ratio)`` of each GEMM class measured on its own
     (:data:`GEMM_CLASSES`); prefill attention, and a bf16 GEMM without its own entry, use the two
     ratios above."""
+    decode_onset_tflops: float = math.inf
+    """The decoders' tensor rate (TFLOP/s) at and below which they leave the clock alone."""
+    decode_full_tflops: float = math.inf
+    """The rate at and above which they hold the clock at the cap (``inf``: no decode cap)."""
+    decode_tau_s: float = 0.1
+    """The time constant of the tensor-rate state (seconds)."""
 
     def __post_init__(self) -> None:
         checks: dict[str, tuple[bool, Any]] = {  # the name shown -> (in range, the value shown)
@@ -74,7 +107,11 @@ class PowerCap:
             "capped_ratio": (0.5 <= self.capped_ratio <= 2.0, self.capped_ratio),
             "budget_s": (0.0 <= self.budget_s < 10.0, self.budget_s),
             "refill": (0.0 < self.refill < 100.0, self.refill),
-            "heavy_tokens": (self.heavy_tokens >= 1, self.heavy_tokens)}
+            "heavy_tokens": (self.heavy_tokens >= 1, self.heavy_tokens),
+            "decode_tau_s": (0.0 < self.decode_tau_s < 100.0, self.decode_tau_s),
+            "decode_onset_tflops": (0.0 <= self.decode_onset_tflops < self.decode_full_tflops
+                                    or self.decode_onset_tflops == self.decode_full_tflops == math.inf,
+                                    (self.decode_onset_tflops, self.decode_full_tflops))}
         for entry in self.gemm_ratios:
             name, full, capped = entry
             checks[f"gemm_ratios[{name!r}]"] = (name in GEMM_CLASSES and 0.5 <= full <= 2.0 and 0.5 <= capped <= 2.0,
@@ -82,13 +119,28 @@ class PowerCap:
         bad = ", ".join(f"{n}={value!r}" for n, (ok, value) in checks.items() if not ok)
         if bad:
             raise ValueError(f"power cap {self.source or '(argument)'}: {bad} out of range (ratios "
-                             "0.5-2, budget_s in [0, 10), refill in (0, 100), heavy_tokens >= 1, GEMM classes "
+                             "0.5-2, budget_s in [0, 10), refill in (0, 100), heavy_tokens >= 1, "
+                             "0 <= decode_onset_tflops < decode_full_tflops, decode_tau_s in (0, 100), GEMM classes "
                              f"{', '.join(GEMM_CLASSES)})")
 
     def is_heavy(self, shape: Any) -> bool:
         """Whether a step of ``shape`` (a :class:`~latsim.costmodel.batch.BatchShape`) is heavy:
         prefill work and at least :attr:`heavy_tokens` tokens."""
         return shape.prefill_tokens > 0 and shape.num_tokens >= self.heavy_tokens
+
+    @property
+    def has_decode_cap(self) -> bool:
+        """Whether large decode batches lower the clock (:meth:`decode_share`)."""
+        return self.decode_full_tflops < math.inf
+
+    def decode_share(self, tflops: float) -> float:
+        """The share of the way to the capped clock (0-1) at which a sustained tensor rate of
+        ``tflops`` (TFLOP/s) holds the GPU: a ramp from
+        :attr:`decode_onset_tflops` to :attr:`decode_full_tflops`; 0 without a decode cap."""
+        lo, hi = self.decode_onset_tflops, self.decode_full_tflops
+        if tflops <= lo or hi == math.inf:
+            return 0.0
+        return 1.0 if tflops >= hi else (tflops - lo) / (hi - lo)
 
     def ratios(self, gemm_class: str) -> tuple[float, float] | None:
         """``(full-clock ratio, capped ratio)`` of a GEMM class (one of :data:`GEMM_CLASSES`): its
@@ -115,33 +167,46 @@ def load_power_cap(folder: Path) -> PowerCap | None:
         values = {name: data[name] for name in FIELDS}
         gemms = tuple((str(name), float(r["full_clock_ratio"]), float(r["capped_ratio"]))
                       for name, r in sorted(data.get("gemms", {}).items()))
+        ramp = data.get("decode_cap")
+        decode = tuple(float(ramp[name]) for name in DECODE_FIELDS) if ramp else (math.inf, math.inf, 0.1)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a power-cap file ({exc!r}); rebuild it with scripts/fit_power.py") from exc
     return PowerCap(float(values["full_clock_ratio"]), float(values["capped_ratio"]), float(values["budget_s"]),
-                    float(values["refill"]), int(values["heavy_tokens"]), str(path), gemms)
+                    float(values["refill"]), int(values["heavy_tokens"]), str(path), gemms, *decode)
 
 
 class PowerClock:
-    """One replica's power state: the full-clock budget left at the end of the last heavy step,
-    and that end (``-inf``: none yet, the budget is full)."""
+    """One replica's power state: the full-clock budget left at the end of the last heavy step
+    and that end (``-inf``: none yet, the budget is full), and the tensor-rate state (TFLOP/s)
+    at ``rate_at``, the end of the last step with prompt work (``-inf``: none yet)."""
 
-    __slots__ = ("budget", "last_end")
+    __slots__ = ("budget", "last_end", "rate", "rate_at")
 
     def __init__(self) -> None:
         self.budget = 0.0
         self.last_end = -math.inf
+        self.rate = 0.0
+        self.rate_at = -math.inf
 
     def end(self, cost: Any, shape: Any, start: float, end: float) -> float:
         """The end of a step priced ``start`` to ``end`` once the GPU's clock is applied (``end``
-        itself for a light step, or a cost model without power data)."""
+        itself for a decode-only step, a light step at full clock, or a cost model without power
+        data)."""
         cap: PowerCap | None = getattr(cost, "power", None)
-        if cap is None or not cap.is_heavy(shape):
+        if cap is None or shape.prefill_tokens <= 0:
+            return end
+        dur = end - start
+        heavy_step = cap.is_heavy(shape)
+        share = self._rate_share(cap, cost, shape, start, dur, heavy_step) if cap.has_decode_cap else 0.0
+        if not heavy_step and share <= 0.0:
             return end
         heavy, full_ratio, capped_ratio = cost.heavy_parts(shape)
-        dur = end - start
         if heavy <= 0.0 or dur <= 0.0:
             return end
         heavy = heavy if heavy < dur else dur
+        if not heavy_step:
+            return end + heavy * share * (capped_ratio / full_ratio - 1.0)
+        full_ratio += share * (capped_ratio - full_ratio)
         budget = cap.budget_s
         if self.last_end > -math.inf:
             budget = self.budget + cap.refill * (start - self.last_end)
@@ -155,3 +220,15 @@ class PowerClock:
         end = start + dur + full * (full_ratio - 1.0) + (heavy - full) * (capped_ratio - 1.0)
         self.budget, self.last_end = left, end
         return end
+
+    def _rate_share(self, cap: PowerCap, cost: Any, shape: Any, start: float, dur: float, heavy_step: bool) -> float:
+        """Advance the tensor-rate state over the time since the last step with prompt work (at
+        this step's decoders' rate) and over this step (at its own), and return the ramp's share
+        for it: at the mean of the state before and after a light step, before a heavy one."""
+        decoders = cost.decode_tflops(shape) if shape.decode_seqs > 0 else 0.0
+        tau = cap.decode_tau_s
+        before = decoders + (self.rate - decoders) * math.exp(-(start - self.rate_at) / tau)
+        own = cost.tflop_per_token * shape.num_tokens / dur if dur > 0.0 else 0.0
+        after = own + (before - own) * math.exp(-dur / tau) if dur > 0.0 else before
+        self.rate, self.rate_at = after, start + dur
+        return cap.decode_share(before if heavy_step else 0.5 * (before + after))

@@ -175,3 +175,71 @@ def test_the_duty_cycles_of_the_measurement_order_as_measured() -> None:
             t += off_ms / 1e3
         return sum(ratios[-200:]) / 200
     assert mean_ratio(200, 50) > mean_ratio(100, 100) > mean_ratio(50, 200)
+
+
+RAMP = PowerCap(full_clock_ratio=1.0, capped_ratio=1.2, budget_s=0.045, refill=0.85, heavy_tokens=2048,
+                decode_onset_tflops=100.0, decode_full_tflops=300.0, decode_tau_s=0.1)
+PROMPT_BESIDE = BatchShape.from_chunks([(512, 0)], [600] * 128)
+
+
+class RateCost(HeavyCost):
+    """``HeavyCost`` with a tensor rate: decoders at ``decode_tflops``, 0.1 TFLOP per token."""
+
+    def __init__(self, decode_tflops: float, cap: PowerCap = RAMP, step_s: float = 0.05) -> None:
+        super().__init__(cap, step_s=step_s)
+        self.rate, self.tflop_per_token = decode_tflops, 0.1 * step_s / 640  # its own rate: 100 TFLOP/s
+
+    def decode_tflops(self, shape: BatchShape) -> float:
+        return self.rate if shape.decode_seqs else 0.0
+
+
+def test_the_ramp_runs_from_onset_to_full_rate_and_is_off_without_its_fields() -> None:
+    assert [RAMP.decode_share(x) for x in (0.0, 100.0, 200.0, 300.0, 900.0)] == [0.0, 0.0, 0.5, 1.0, 1.0]
+    assert RAMP.has_decode_cap and not CAP.has_decode_cap and CAP.decode_share(1e6) == 0.0
+
+
+def test_a_prompt_beside_steady_heavy_decoding_runs_at_the_capped_clock_and_decoding_alone_does_not() -> None:
+    clock = PowerClock()
+    assert clock.end(RateCost(900.0), DECODE, 0.0, 0.02) == 0.02  # decode-only steps keep their price
+    clock.end(RateCost(900.0), PROMPT_BESIDE, 0.0, 0.05)  # the state climbs while decoders run at 900
+    end = clock.end(RateCost(900.0), PROMPT_BESIDE, 10.0, 10.05)  # after 10 s of such decoding
+    assert end - 10.0 == pytest.approx(0.05 * 1.2)
+    assert PowerClock().end(RateCost(50.0), PROMPT_BESIDE, 10.0, 10.05) == 10.05  # light decoding: full clock
+
+
+def test_the_tensor_rate_state_cools_over_idle_time() -> None:
+    clock = PowerClock()
+    clock.end(RateCost(900.0), PROMPT_BESIDE, 0.0, 0.05)
+    hot = clock.rate
+    lone = BatchShape.from_chunks([(512, 0)], [])
+    clock.end(RateCost(900.0), lone, 0.05 + 0.1, 0.2)  # no decoders: the 0.1 s gap was idle
+    assert hot > 100.0 and clock.rate < hot * math.exp(-1.0) + 100.0
+
+
+def test_the_tensor_rate_terms_are_checked_and_loaded(tmp_path: Path) -> None:
+    terms = {"full_clock_ratio": 0.9, "capped_ratio": 1.1, "budget_s": 0.05, "refill": 0.5, "heavy_tokens": 2048}
+    with pytest.raises(ValueError, match="decode_onset_tflops"):
+        PowerCap(**terms, decode_onset_tflops=300.0, decode_full_tflops=100.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="decode_tau_s"):
+        PowerCap(**terms, decode_onset_tflops=1.0, decode_full_tflops=2.0, decode_tau_s=0.0)  # type: ignore[arg-type]
+    ramp = {"decode_onset_tflops": 80.0, "decode_full_tflops": 340.0, "decode_tau_s": 0.085}
+    (tmp_path / "power.json").write_text(json.dumps({**terms, "decode_cap": ramp}))
+    cap = load_power_cap(tmp_path)
+    assert cap is not None
+    assert (cap.decode_onset_tflops, cap.decode_full_tflops, cap.decode_tau_s) == (80.0, 340.0, 0.085)
+    (tmp_path / "power.json").write_text(json.dumps({**terms, "decode_cap": {"decode_onset_tflops": 80.0}}))
+    with pytest.raises(ValueError, match=r"power\.json.*fit_power"):
+        load_power_cap(tmp_path)
+
+
+def test_decode_tflops_follows_the_model_size_and_counts_fp8_work_at_half() -> None:
+    from latsim.catalog.lookup import load_device, load_model
+    from latsim.costmodel.calibrated import load_calibrated
+
+    h200 = load_device("h200")
+    small, big = (load_calibrated(load_model(m), h200, 1, "bf16", "bf16") for m in ("llama-3.1-8b", "qwen2.5-32b"))
+    batch = BatchShape(decode_seqs=128, decode_kv_tokens=128 * 640)
+    assert 0.0 < small.decode_tflops(batch) < big.decode_tflops(batch)
+    assert small.decode_tflops(BatchShape()) == 0.0
+    fp8 = load_calibrated(load_model("llama-3.1-8b"), h200, 1, "fp8", "bf16")
+    assert fp8.tflop_per_token == pytest.approx(small.tflop_per_token / 2, rel=0.01)

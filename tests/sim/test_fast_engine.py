@@ -174,11 +174,14 @@ class PoweredLinearCost(LinearCost):
 
 
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), engine=engines, replicas=st.integers(1, 2))
-def test_fast_engine_equals_reference_under_a_power_cap(seed, qps, engine, replicas):
+@given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), engine=engines, replicas=st.integers(1, 2),
+       tensor_rate=st.booleans())
+def test_fast_engine_equals_reference_under_a_power_cap(seed, qps, engine, replicas, tensor_rate):
+    """The budget alone, and with the tensor-rate state (advanced at steps with prompt work)."""
     trace = random_trace(seed, 60, qps, 700, 120, 2)
     dep = replace(small_deployment(**vllm_accepts(engine)), replicas=replicas)
-    assert_identical(*fast_and_reference(dep, trace, PoweredLinearCost()))
+    cost = RatePoweredLinearCost() if tensor_rate else PoweredLinearCost()
+    assert_identical(*fast_and_reference(dep, trace, cost))
 
 
 def test_the_power_cap_changes_what_heavy_steps_cost():
@@ -187,6 +190,27 @@ def test_the_power_cap_changes_what_heavy_steps_cost():
     plain = simulate(dep, trace, cost_model=LinearCost())
     powered = simulate(dep, trace, cost_model=PoweredLinearCost())
     assert not plain.records["first_token_s"].equals(powered.records["first_token_s"])
+
+
+class RatePoweredLinearCost(PoweredLinearCost):
+    """PoweredLinearCost with the tensor-rate state on (decoders at 20 TFLOP/s a sequence)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.power = replace(self.power, decode_onset_tflops=50.0, decode_full_tflops=400.0, decode_tau_s=0.05)
+        self.tflop_per_token = 0.01
+
+    def decode_tflops(self, b) -> float:
+        return 20.0 * b.decode_seqs
+
+
+def test_the_tensor_rate_state_slows_prompts_beside_busy_decoders():
+    trace = random_trace(3, 80, 60.0, 700, 60, 0)
+    dep = small_deployment(max_num_batched_tokens=1024)
+    budget_only = simulate(dep, trace, cost_model=PoweredLinearCost())
+    with_rate = simulate(dep, trace, cost_model=RatePoweredLinearCost())
+    ttft = (with_rate.records["first_token_s"] - with_rate.records["arrival_s"]).mean()
+    assert ttft > (budget_only.records["first_token_s"] - budget_only.records["arrival_s"]).mean()
 
 
 class SpreadLinearCost(LinearCost):

@@ -1,0 +1,117 @@
+"""The power model's decode cap (:mod:`latsim.costmodel.power`), fitted on traced decode runs.
+
+A ``scripts/device_trace.py`` run of ``decode:seqs=N,in=L`` scenarios, with an ``nvidia-smi``
+series beside it (``--query-gpu=timestamp,clocks.sm,power.draw,...``), gives per scenario:
+
+- the decoders' sustained tensor rate ``I`` as the simulator prices it
+  (:meth:`~latsim.costmodel.calibrated.CalibratedCostModel.decode_tflops` of N sequences at the
+  scenario's mean profiled context, the run's model on the profile's GPU, TP 1, bf16);
+- how far the SM clock was on its way to the capped clock: ``(f_full / f - 1) / (f_full / f_cap
+  - 1)``, ``f`` the mean clock of the scenario's busy samples (utilisation >= 90 %), ``f_full``
+  and ``f_cap`` the clocks of the power probe's GEMMs from idle and sustained
+  (:func:`probe_clocks`): the share by which compute-bound kernels slow towards the capped price.
+
+:func:`fit_ramp` fits ``decode_onset_tflops`` / ``decode_full_tflops`` (share 0 below the onset,
+1 above the full rate, linear between) by least squares over every scenario.  Only runs whose
+scenarios carry ``started_at`` (stamped since the twenty-seventh session) can be cut.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from power_summary import read_smi  # type: ignore[import-not-found]  # scripts/ is on the path
+
+BUSY_UTIL = 90
+"""Samples below this GPU utilisation (%) are a scenario's set-up or profiling, not its decoding."""
+RAMP_GRID = np.arange(0.0, 801.0, 1.0)
+"""Candidate onset and full rates (TFLOP/s) of the ramp's least-squares grid."""
+
+
+def probe_clocks(power: dict[str, Any], heavy_tokens: int) -> tuple[float, float]:
+    """``(f_full, f_cap)`` in MHz from ``power_probe.json.gz``'s bf16 GEMM runs: the highest
+    median clock of a run (a small GEMM never leaves full clock), and the median over the second
+    half of the runs of at least ``heavy_tokens`` rows (sustained, at the cap)."""
+    medians, capped = [], []
+    for row in power["rows"]:
+        if row.get("dtype") != "bf16" or "on_ms" in row or not row.get("clocks"):
+            continue
+        clocks = [float(sample.split(",")[1]) for sample in row["clocks"]]
+        medians.append(float(np.median(clocks)))
+        if row["M"] >= heavy_tokens:
+            capped += clocks[len(clocks) // 2:]
+    if not medians or not capped:
+        raise ValueError("power probe: no bf16 GEMM runs with clocks (need one sustained run of "
+                         f">= {heavy_tokens} rows)")
+    return max(medians), float(np.median(capped))
+
+
+def trace_model(trace_dir: Path) -> str:
+    """The catalog model a ``device_trace.py`` run served (its ``--model``)."""
+    argv = json.loads((trace_dir / "timings.json").read_text()).get("argv", [])
+    if "--model" not in argv:
+        raise ValueError(f"{trace_dir}: timings.json's argv names no --model")
+    return str(argv[argv.index("--model") + 1])
+
+
+def decode_points(trace_dir: Path, smi_path: Path, profile: Path, clocks: tuple[float, float]) -> pd.DataFrame:
+    """One row per decode scenario of the run: ``scenario``, ``seqs``, ``context``, ``tflops``
+    (the model's rate), ``busy_samples``, ``mean_mhz`` and ``share`` (module note); ValueError
+    when the scenarios are not stamped."""
+    from latsim.catalog.lookup import load_device, load_model
+    from latsim.costmodel.batch import BatchShape
+    from latsim.costmodel.calibrated import load_calibrated
+
+    meta = json.loads((trace_dir / "timings.json").read_text())
+    decodes = [sc for sc in meta.get("scenarios", []) if sc["scenario"].get("kind") == "decode"]
+    if any("started_at" not in sc for sc in decodes):
+        raise ValueError(f"{trace_dir}: its scenarios carry no started_at; the clock cannot be cut by scenario")
+    model = trace_model(trace_dir)
+    cost = load_calibrated(load_model(model), load_device(json.loads((profile / "profile.json").read_text())["device"]),
+                           1, "bf16", "bf16", profile=profile)
+    smi = read_smi(smi_path)
+    f_full, f_cap = clocks
+    rows = []
+    for sc in decodes:
+        seqs = int(sc["scenario"]["seqs"])
+        context = float(np.mean(sc.get("context_at_profile") or [sc["scenario"]["in"]]))
+        t0 = pd.Timestamp(sc["started_at"])
+        window = smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=sc["seconds"]))]
+        busy = window[window["util"] >= BUSY_UTIL]
+        mean = float(busy["sm"].mean()) if len(busy) else float("nan")
+        rows.append({"run": trace_dir.name, "model": model, "scenario": sc["scenario"]["label"], "seqs": seqs,
+                     "context": round(context), "busy_samples": len(busy), "mean_mhz": round(mean),
+                     "tflops": cost.decode_tflops(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * context))),
+                     "share": (f_full / mean - 1.0) / (f_full / f_cap - 1.0)})
+    return pd.DataFrame(rows)
+
+
+def ramp(tflops: np.ndarray, onset: float, full: float) -> np.ndarray:
+    """The decode cap's share at ``tflops`` (the model's :meth:`PowerCap.decode_share`, vectorised)."""
+    return np.clip((np.asarray(tflops, dtype=float) - onset) / (full - onset), 0.0, 1.0)
+
+
+def fit_ramp(points: pd.DataFrame) -> dict[str, Any]:
+    """Least-squares ``decode_onset_tflops`` < ``decode_full_tflops`` on :data:`RAMP_GRID` over the
+    rows' ``(tflops, share)`` (shares clipped to 0-1), with the residual and each row's fit."""
+    pts = points.dropna(subset=["share"])
+    if len(pts) < 3:
+        raise ValueError(f"decode cap: {len(pts)} scenarios with busy samples; at least 3 are needed")
+    x = pts["tflops"].to_numpy(dtype=float)
+    y = np.clip(pts["share"].to_numpy(dtype=float), 0.0, 1.0)
+    onset, full = np.meshgrid(RAMP_GRID, RAMP_GRID, indexing="ij")
+    valid = full > onset
+    pred = np.clip((x[None, None, :] - onset[..., None]) / np.where(valid, full - onset, 1.0)[..., None], 0.0, 1.0)
+    sse = np.where(valid, ((pred - y) ** 2).sum(axis=-1), np.inf)
+    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    best_onset, best_full = float(RAMP_GRID[i]), float(RAMP_GRID[j])
+    fitted = ramp(x, best_onset, best_full)
+    scenarios = [{"run": r.run, "scenario": r.scenario, "tflops": round(float(r.tflops), 1),
+                  "mean_mhz": int(r.mean_mhz), "share": round(float(r.share), 3), "model_share": round(float(f), 3)}
+                 for r, f in zip(pts.itertuples(), fitted, strict=True)]
+    return {"decode_onset_tflops": best_onset, "decode_full_tflops": best_full,
+            "rms_share_error": float(np.sqrt(np.mean((fitted - y) ** 2))), "scenarios": scenarios}

@@ -1,0 +1,44 @@
+"""scripts/power_decode.py: the tensor-rate ramp is recovered from decode runs, bad input is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.script_module import load_script
+
+decode = load_script(Path("power_decode.py"))
+
+
+def _points(onset: float, full: float, rates: list[float]) -> pd.DataFrame:
+    shares = decode.ramp(rates, onset, full)
+    return pd.DataFrame({"run": "r", "scenario": [f"s{i}" for i in range(len(rates))], "tflops": rates,
+                         "mean_mhz": 1800, "share": shares})
+
+
+def test_the_fit_recovers_a_known_ramp() -> None:
+    fit = decode.fit_ramp(_points(80.0, 340.0, [40.0, 120.0, 200.0, 280.0, 400.0]))
+    assert (fit["decode_onset_tflops"], fit["decode_full_tflops"]) == (80.0, 340.0)
+    assert fit["rms_share_error"] == pytest.approx(0.0, abs=1e-12) and len(fit["scenarios"]) == 5
+
+
+def test_too_few_scenarios_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 3"):
+        decode.fit_ramp(_points(80.0, 340.0, [100.0, 200.0]))
+
+
+def test_the_probe_clocks_need_a_sustained_bf16_run() -> None:
+    rows = [{"dtype": "bf16", "M": 64, "clocks": ["t, 1980, 3201, 100"] * 4},
+            {"dtype": "bf16", "M": 8160, "clocks": ["t, 1980, 3201, 600"] * 2 + ["t, 1470, 3201, 700"] * 6}]
+    assert decode.probe_clocks({"rows": rows}, 2048) == (1980.0, 1470.0)
+    with pytest.raises(ValueError, match="sustained"):
+        decode.probe_clocks({"rows": rows[:1]}, 2048)
+
+
+def test_an_unstamped_trace_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "timings.json").write_text('{"argv": ["--model", "llama-3.1-8b"], "scenarios": '
+                                           '[{"scenario": {"kind": "decode", "label": "d", "seqs": 8, "in": 512}}]}')
+    with pytest.raises(ValueError, match="started_at"):
+        decode.decode_points(tmp_path, tmp_path / "smi.csv", Path("latsim/data/calibration/h200"), (1980.0, 1470.0))
