@@ -3,16 +3,18 @@
 A ``scripts/device_trace.py`` run of ``decode:seqs=N,in=L`` scenarios, with an ``nvidia-smi``
 series beside it (``--query-gpu=timestamp,clocks.sm,power.draw,...``), gives per scenario:
 
-- the decoders' sustained tensor rate ``I`` as the simulator prices it
-  (:meth:`~latsim.costmodel.calibrated.CalibratedCostModel.decode_tflops` of N sequences at the
-  scenario's mean profiled context, the run's model on the profile's GPU, TP 1, bf16);
+- the decoders' tensor rate ``I``: 2 x the linear-layer parameters x N over the price of a
+  decode step of N sequences at the scenario's mean profiled context (the run's model, from
+  the catalog or the run's kept ``config.json``, at its checkpoint's weight dtype on the
+  profile's GPU, TP 1), unweighted; ``gemm_class`` its GEMM class;
 - how far the SM clock was on its way to the capped clock: ``(f_full / f - 1) / (f_full / f_cap
   - 1)``, ``f`` the mean clock of the scenario's busy samples (utilisation >= 90 %), ``f_full``
   and ``f_cap`` the clocks of the power probe's GEMMs from idle and sustained
   (:func:`probe_clocks`): the share by which compute-bound kernels slow towards the capped price.
 
 :func:`fit_ramp` fits ``decode_onset_tflops`` / ``decode_full_tflops`` (share 0 below the onset,
-1 above the full rate, linear between) by least squares over every scenario.  Only runs whose
+1 above the full rate, linear between) by least squares over the bf16 scenarios, and
+:func:`fit_weight` each other class's weight (its rate's factor on that ramp).  Only runs whose
 scenarios carry ``started_at`` (stamped since the twenty-seventh session) can be cut.
 """
 
@@ -50,19 +52,27 @@ def probe_clocks(power: dict[str, Any], heavy_tokens: int) -> tuple[float, float
     return max(medians), float(np.median(capped))
 
 
-def trace_model(trace_dir: Path) -> str:
-    """The catalog model a ``device_trace.py`` run served (its ``--model``)."""
+def trace_model(trace_dir: Path) -> Any:
+    """The model a ``device_trace.py`` run served: its ``--model`` from the catalog, or the
+    ``config.json`` a ``--config-dir`` run keeps beside its timings."""
+    from latsim.catalog.hf_config import parse_hf_config
+    from latsim.catalog.lookup import load_model
+
     argv = json.loads((trace_dir / "timings.json").read_text()).get("argv", [])
-    if "--model" not in argv:
-        raise ValueError(f"{trace_dir}: timings.json's argv names no --model")
-    return str(argv[argv.index("--model") + 1])
+    if "--model" in argv:
+        return load_model(str(argv[argv.index("--model") + 1]))
+    if (trace_dir / "config.json").is_file():
+        return parse_hf_config(json.loads((trace_dir / "config.json").read_text()), trace_dir.name)
+    raise ValueError(f"{trace_dir}: timings.json's argv names no --model and no config.json is kept")
 
 
 def decode_points(trace_dir: Path, smi_path: Path, profile: Path, clocks: tuple[float, float]) -> pd.DataFrame:
     """One row per decode scenario of the run: ``scenario``, ``seqs``, ``context``, ``tflops``
     (the model's rate), ``busy_samples``, ``mean_mhz`` and ``share`` (module note); ValueError
     when the scenarios are not stamped."""
-    from latsim.catalog.lookup import load_device, load_model
+    from latsim.catalog.lookup import load_device
+    from latsim.catalog.quant_resolve import AUTO, resolve_weight_dtype
+    from latsim.catalog.sizing import param_breakdown
     from latsim.costmodel.batch import BatchShape
     from latsim.costmodel.calibrated import load_calibrated
 
@@ -71,10 +81,12 @@ def decode_points(trace_dir: Path, smi_path: Path, profile: Path, clocks: tuple[
     if any("started_at" not in sc for sc in decodes):
         raise ValueError(f"{trace_dir}: its scenarios carry no started_at; the clock cannot be cut by scenario")
     model = trace_model(trace_dir)
-    cost = load_calibrated(load_model(model), load_device(json.loads((profile / "profile.json").read_text())["device"]),
-                           1, "bf16", "bf16", profile=profile)
+    device = load_device(json.loads((profile / "profile.json").read_text())["device"])
+    weight_dtype = resolve_weight_dtype(model, AUTO)[0]  # a quantized checkpoint's, else its 16-bit dtype
+    cost = load_calibrated(model, device, 1, weight_dtype, "bf16", profile=profile)
     smi = read_smi(smi_path)
     f_full, f_cap = clocks
+    token_tflop = 2e-12 * param_breakdown(model).linear_active
     rows = []
     for sc in decodes:
         seqs = int(sc["scenario"]["seqs"])
@@ -83,9 +95,10 @@ def decode_points(trace_dir: Path, smi_path: Path, profile: Path, clocks: tuple[
         window = smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=sc["seconds"]))]
         busy = window[window["util"] >= BUSY_UTIL]
         mean = float(busy["sm"].mean()) if len(busy) else float("nan")
-        rows.append({"run": trace_dir.name, "model": model, "scenario": sc["scenario"]["label"], "seqs": seqs,
-                     "context": round(context), "busy_samples": len(busy), "mean_mhz": round(mean),
-                     "tflops": cost.decode_tflops(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * context))),
+        price = cost.step_time(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * context)))
+        rows.append({"run": trace_dir.name, "model": model.name, "gemm_class": cost.gemm_class,
+                     "scenario": sc["scenario"]["label"], "seqs": seqs, "context": round(context),
+                     "busy_samples": len(busy), "mean_mhz": round(mean), "tflops": token_tflop * seqs / price,
                      "share": (f_full / mean - 1.0) / (f_full / f_cap - 1.0)})
     return pd.DataFrame(rows)
 
@@ -115,3 +128,20 @@ def fit_ramp(points: pd.DataFrame) -> dict[str, Any]:
                  for r, f in zip(pts.itertuples(), fitted, strict=True)]
     return {"decode_onset_tflops": best_onset, "decode_full_tflops": best_full,
             "rms_share_error": float(np.sqrt(np.mean((fitted - y) ** 2))), "scenarios": scenarios}
+
+
+WEIGHT_GRID = np.round(np.arange(0.05, 2.0001, 0.01), 2)
+"""Candidate weights of a GEMM class's rate on the bf16 ramp."""
+
+
+def fit_weight(points: pd.DataFrame, onset: float, full: float) -> dict[str, Any]:
+    """The least-squares factor on :data:`WEIGHT_GRID` by which ``points``' rates (one GEMM class)
+    fall on the ramp ``onset``-``full``, with its residual."""
+    if len(points) < 3:
+        raise ValueError(f"a class's weight: {len(points)} scenarios; at least 3 are needed")
+    x = points["tflops"].to_numpy(dtype=float)
+    y = np.clip(points["share"].to_numpy(dtype=float), 0.0, 1.0)
+    sse = [float(((ramp(w * x, onset, full) - y) ** 2).sum()) for w in WEIGHT_GRID]
+    best = int(np.argmin(sse))
+    return {"weight": float(WEIGHT_GRID[best]), "rms_share_error": float(np.sqrt(sse[best] / len(x))),
+            "scenarios": len(x)}

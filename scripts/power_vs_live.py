@@ -107,7 +107,7 @@ def main() -> None:
         clocks = probe_clocks(json.load(f), HEAVY_TOKENS)
     pairs = [text.partition("=")[::2] for text in args.decode_trace]
     points = pd.concat([decode_points(Path(run), Path(smi), args.profile, clocks) for run, smi in pairs])
-    fit = fit_ramp(points)
+    fit = fit_ramp(points[points["gemm_class"] == "bf16"])
     ramp_terms = (fit["decode_onset_tflops"], fit["decode_full_tflops"])
     print(f"ramp {ramp_terms[0]:.0f}-{ramp_terms[1]:.0f} TFLOP/s, clocks {clocks[0]:.0f} / {clocks[1]:.0f} MHz")
     rows = []

@@ -99,10 +99,8 @@ class CalibratedCostModel:
         self._factor: SpreadFactor | None = None
         self._launches = _launch_terms(shard)
         peak = device.flops_for("bf16")
-        self.tflop_per_token = (2e-12 * param_breakdown(model).linear_active / shard.tp
-                                * peak / device.flops_for(shard.gemm_dtype))
-        """Tensor work per token of each GPU's linear layers, in bf16-equivalent TFLOP (fp8 work
-        counts at bf16's over fp8's peak: the same tensor-core time for twice the FLOPs)."""
+        self._token_tflop = 2e-12 * param_breakdown(model).linear_active / shard.tp
+        self._peak_weight = peak / device.flops_for(shard.gemm_dtype)
         self._full = float(shard.layers - shard.window_layers)
         self._win = float(shard.window_layers)
         self._decode_rows = np.asarray(tables.decode, dtype=np.float64)
@@ -225,7 +223,7 @@ class CalibratedCostModel:
         if cap is None:
             return 0.0, 1.0, 1.0
         x = self._features(batch)
-        gemm_r = cap.ratios(self._gemm_class)
+        gemm_r = cap.ratios(self.gemm_class)
         attn_r = cap.attention_ratios() if self.kv_dtype in SIXTEEN_BIT else None
         gemm = interp1(self.tables.t_knots, self.tables.per_token, float(x[T])) if gemm_r and x[T] > 0 else 0.0
         attn = self._prefill(batch, x) if attn_r else 0.0
@@ -238,6 +236,15 @@ class CalibratedCostModel:
             return heavy, attn_r[0], attn_r[1]
         assert gemm_r and attn_r
         return (heavy, (gemm * gemm_r[0] + attn * attn_r[0]) / heavy, (gemm * gemm_r[1] + attn * attn_r[1]) / heavy)
+
+    @property
+    def tflop_per_token(self) -> float:
+        """Tensor work per token of each GPU's linear layers in bf16-equivalent TFLOP, as the
+        power model's tensor-rate state counts it: weighted by the power data's factor for this
+        GEMM class (:meth:`~latsim.costmodel.power.PowerCap.rate_weight`, measured for 4-bit
+        weights), else by bf16's peak over the class's (fp8: half)."""
+        weight = None if self.power is None else self.power.rate_weight(self.gemm_class)
+        return self._token_tflop * (self._peak_weight if weight is None else weight)
 
     def decode_tflops(self, batch: BatchShape) -> float:
         """The sustained tensor rate (bf16-equivalent TFLOP/s per GPU) of ``batch``'s decoders run
@@ -252,7 +259,7 @@ class CalibratedCostModel:
         return self.tflop_per_token * batch.decode_seqs / price if price > 0.0 else 0.0
 
     @property
-    def _gemm_class(self) -> str:
+    def gemm_class(self) -> str:
         """The power data's class of this deployment's linear layers: ``bf16`` (16-bit weights),
         ``int4`` (vLLM's W4A16 kernels), ``fp8`` (W8A8 fp8), else the weight dtype (not covered)."""
         if self.weight_dtype in SIXTEEN_BIT:

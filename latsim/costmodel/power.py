@@ -44,8 +44,9 @@ way to the capped clock a ramp in it (:meth:`PowerCap.decode_share`): 0 at or be
   this step's decoders (at their decode-only rate,
   :meth:`~latsim.costmodel.calibrated.CalibratedCostModel.decode_tflops`; none: idle), then this
   step at its own rate (all its tokens over its price).
-- A light step pays its heavy seconds ``1 + s x (capped / full - 1)`` times (its price read as a
-  full-clock one), ``s`` the ramp at the mean of the state before and after it; a heavy step
+- A light step pays its heavy seconds ``1 + s x (capped - 1)`` times (its price as the profile
+  timed it: bf16 rows at full clock, so the cap's 1.15; the 4-bit rows warm, so about 1),
+  ``s`` the ramp at the mean of the state before and after it; a heavy step
   runs its full-clock share at ``full + s x (capped - full)``, ``s`` the ramp before it (its own
   heat is the budget's).  Decode-only steps are not moved (their kernels keep their price at
   the cap, measured).
@@ -100,6 +101,9 @@ class PowerCap:
     """The rate at and above which they hold the clock at the cap (``inf``: no decode cap)."""
     decode_tau_s: float = 0.1
     """The time constant of the tensor-rate state (seconds)."""
+    rate_weights: tuple[tuple[str, float], ...] = ()
+    """``(GEMM class, weight)``: how much of the tensor-rate state a class's FLOP counts for,
+    measured against bf16's (the ramp's own); classes without one: bf16's peak over theirs."""
 
     def __post_init__(self) -> None:
         checks: dict[str, tuple[bool, Any]] = {  # the name shown -> (in range, the value shown)
@@ -109,6 +113,8 @@ class PowerCap:
             "refill": (0.0 < self.refill < 100.0, self.refill),
             "heavy_tokens": (self.heavy_tokens >= 1, self.heavy_tokens),
             "decode_tau_s": (0.0 < self.decode_tau_s < 100.0, self.decode_tau_s),
+            "rate_weights": (all(name in GEMM_CLASSES and 0.0 < w <= 4.0 for name, w in self.rate_weights),
+                             self.rate_weights),
             "decode_onset_tflops": (0.0 <= self.decode_onset_tflops < self.decode_full_tflops
                                     or self.decode_onset_tflops == self.decode_full_tflops == math.inf,
                                     (self.decode_onset_tflops, self.decode_full_tflops))}
@@ -120,7 +126,8 @@ class PowerCap:
         if bad:
             raise ValueError(f"power cap {self.source or '(argument)'}: {bad} out of range (ratios "
                              "0.5-2, budget_s in [0, 10), refill in (0, 100), heavy_tokens >= 1, "
-                             "0 <= decode_onset_tflops < decode_full_tflops, decode_tau_s in (0, 100), GEMM classes "
+                             "0 <= decode_onset_tflops < decode_full_tflops, decode_tau_s in (0, 100), "
+                             "rate weights in (0, 4], GEMM classes "
                              f"{', '.join(GEMM_CLASSES)})")
 
     def is_heavy(self, shape: Any) -> bool:
@@ -141,6 +148,13 @@ class PowerCap:
         if tflops <= lo or hi == math.inf:
             return 0.0
         return 1.0 if tflops >= hi else (tflops - lo) / (hi - lo)
+
+    def rate_weight(self, gemm_class: str) -> float | None:
+        """A GEMM class's measured weight in the tensor-rate state (:attr:`rate_weights`), 1.0
+        for ``bf16``, None when not measured."""
+        if gemm_class == "bf16":
+            return 1.0
+        return next((w for name, w in self.rate_weights if name == gemm_class), None)
 
     def ratios(self, gemm_class: str) -> tuple[float, float] | None:
         """``(full-clock ratio, capped ratio)`` of a GEMM class (one of :data:`GEMM_CLASSES`): its
@@ -168,11 +182,13 @@ def load_power_cap(folder: Path) -> PowerCap | None:
         gemms = tuple((str(name), float(r["full_clock_ratio"]), float(r["capped_ratio"]))
                       for name, r in sorted(data.get("gemms", {}).items()))
         ramp = data.get("decode_cap")
-        decode = tuple(float(ramp[name]) for name in DECODE_FIELDS) if ramp else (math.inf, math.inf, 0.1)
+        decode = {name: float(ramp[name]) for name in DECODE_FIELDS} if ramp else {}
+        weights = tuple((str(k), float(v)) for k, v in sorted((ramp or {}).get("rate_weights", {}).items()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a power-cap file ({exc!r}); rebuild it with scripts/fit_power.py") from exc
     return PowerCap(float(values["full_clock_ratio"]), float(values["capped_ratio"]), float(values["budget_s"]),
-                    float(values["refill"]), int(values["heavy_tokens"]), str(path), gemms, *decode)
+                    float(values["refill"]), int(values["heavy_tokens"]), str(path), gemms, rate_weights=weights,
+                    **decode)
 
 
 class PowerClock:
@@ -205,7 +221,7 @@ class PowerClock:
             return end
         heavy = heavy if heavy < dur else dur
         if not heavy_step:
-            return end + heavy * share * (capped_ratio / full_ratio - 1.0)
+            return end + heavy * share * (capped_ratio - 1.0)
         full_ratio += share * (capped_ratio - full_ratio)
         budget = cap.budget_s
         if self.last_end > -math.inf:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -227,6 +228,12 @@ def test_the_tensor_rate_terms_are_checked_and_loaded(tmp_path: Path) -> None:
     cap = load_power_cap(tmp_path)
     assert cap is not None
     assert (cap.decode_onset_tflops, cap.decode_full_tflops, cap.decode_tau_s) == (80.0, 340.0, 0.085)
+    (tmp_path / "power.json").write_text(json.dumps({**terms, "decode_cap": {**ramp, "rate_weights": {"int4": 0.66}}}))
+    weighted = load_power_cap(tmp_path)
+    assert weighted is not None and weighted.rate_weight("int4") == 0.66
+    assert weighted.rate_weight("bf16") == 1.0 and weighted.rate_weight("fp8") is None
+    with pytest.raises(ValueError, match="rate_weights"):
+        PowerCap(**terms, rate_weights=(("int3", 0.5),))  # type: ignore[arg-type]
     (tmp_path / "power.json").write_text(json.dumps({**terms, "decode_cap": {"decode_onset_tflops": 80.0}}))
     with pytest.raises(ValueError, match=r"power\.json.*fit_power"):
         load_power_cap(tmp_path)
@@ -242,4 +249,7 @@ def test_decode_tflops_follows_the_model_size_and_counts_fp8_work_at_half() -> N
     assert 0.0 < small.decode_tflops(batch) < big.decode_tflops(batch)
     assert small.decode_tflops(BatchShape()) == 0.0
     fp8 = load_calibrated(load_model("llama-3.1-8b"), h200, 1, "fp8", "bf16")
-    assert fp8.tflop_per_token == pytest.approx(small.tflop_per_token / 2, rel=0.01)
+    assert fp8.tflop_per_token == pytest.approx(small.tflop_per_token / 2, rel=0.01)  # no measured weight: peaks
+    int4 = load_calibrated(load_model("llama-3.1-8b"), h200, 1, "int4", "bf16")
+    int4.power = dataclasses.replace(RAMP, rate_weights=(("int4", 0.5),))
+    assert int4.gemm_class == "int4" and int4.tflop_per_token == pytest.approx(small.tflop_per_token / 2)

@@ -42,3 +42,12 @@ def test_an_unstamped_trace_is_refused(tmp_path: Path) -> None:
                                            '[{"scenario": {"kind": "decode", "label": "d", "seqs": 8, "in": 512}}]}')
     with pytest.raises(ValueError, match="started_at"):
         decode.decode_points(tmp_path, tmp_path / "smi.csv", Path("latsim/data/calibration/h200"), (1980.0, 1470.0))
+
+
+def test_a_class_weight_puts_its_rates_on_the_bf16_ramp() -> None:
+    heavy = _points(80.0, 340.0, [100.0, 200.0, 300.0, 400.0])
+    heavy["tflops"] = heavy["tflops"] / 0.66  # the same shares at rates 1 / 0.66 as high
+    fit = decode.fit_weight(heavy, 80.0, 340.0)
+    assert fit["weight"] == pytest.approx(0.66) and fit["rms_share_error"] < 0.01
+    with pytest.raises(ValueError, match="at least 3"):
+        decode.fit_weight(heavy.head(2), 80.0, 340.0)
