@@ -174,7 +174,7 @@ class ExactVllmScheduler:
             if req.generated == 1:
                 req.first_token = now
             elif gap is not None:
-                gap(now - req.last_token)
+                gap(req.last_token, now)
             req.last_token = now
             if req.generated >= req.target:
                 finished.append(req)

@@ -99,7 +99,7 @@ class Req:
 
 
 def advance_request(req: Req, n: int, now: float, index: int, track_lag: bool,
-                    gap: Callable[[float], None] | None) -> bool:
+                    gap: Callable[[float, float], None] | None) -> bool:
     """Apply ``n`` computed tokens of step ``index`` that ended at ``now``; True if a token was sampled.
 
     A token is sampled when the step reaches the end of the request's known tokens (its prompt
@@ -117,6 +117,6 @@ def advance_request(req: Req, n: int, now: float, index: int, track_lag: bool,
     if req.generated == 1:
         req.first_token = now
     elif gap is not None:
-        gap(now - req.last_token)
+        gap(req.last_token, now)
     req.last_token = now
     return True

@@ -23,7 +23,7 @@ from latsim.registry import engine_spec
 from latsim.sim.engine_spec import EngineSpec, KvPlan
 from latsim.sim.footprint import check_fits_in_memory
 from latsim.sim.protocols import FastForward, Scheduler
-from latsim.sim.recorder import Recorder
+from latsim.sim.recorder import Recorder, canonical_samples
 from latsim.sim.replica import Replica
 from latsim.sim.request import FINISHED, REJECTED, Req
 from latsim.sim.router import ArrivalFeed, make_router
@@ -87,14 +87,13 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
     horizon = default_horizon(trace) if horizon_s is None else horizon_s
     requests = _requests(trace, memory.block_size)
     env = simpy.Environment()
-    recorder = Recorder()
     feed_holder: list[ArrivalFeed] = []
     replicas = []
     for index in range(deployment.replicas):
         scheduler, fast = _schedulers(spec, engine, memory, fast_forward)
-        replica = Replica(env, index, scheduler, fast, cost_model, recorder, lambda: feed_holder[0].next_arrival(),
+        replica = Replica(env, index, scheduler, fast, cost_model, Recorder(), lambda: feed_holder[0].next_arrival(),
                           horizon)
-        replica.scheduler.recorder = recorder
+        replica.scheduler.recorder = replica.recorder
         replica.launch.seed(seed, index)
         replicas.append(replica)
     feed = ArrivalFeed(env, requests, replicas, make_router(deployment.router), memory.max_model_len)
@@ -103,7 +102,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
     for replica in replicas:
         env.process(replica.process())
     env.run()
-    return _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, horizon)
+    return _result(requests, replicas, memory, cost_model, trace, slo, seed, horizon)
 
 
 def _schedulers(spec: EngineSpec, engine: EngineConfig, memory: KvPlan,
@@ -181,12 +180,13 @@ def records_frame(requests: list[Req], frontend_s: float = 0.0, output_seq_s: fl
     })
 
 
-def _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, horizon) -> SimulationResult:
+def _result(requests, replicas, memory, cost_model, trace, slo, seed, horizon) -> SimulationResult:
     for replica in replicas:
         replica.launch.release([r for r in requests if r.replica == replica.index])
     records = records_frame(requests, cost_model.frontend_s, cost_model.output_seq_s)
     records["request_id"] = trace.request_ids  # the request's position in the trace's source
-    itl_values, itl_weights = recorder.itl_samples()
+    # a gap runs between the times its tokens went out: held outputs count from their release
+    itl_values, itl_weights = canonical_samples([r.recorder.itl_samples(r.launch.held) for r in replicas])
     rng = np.random.default_rng(seed)
     summary = summarize(records, itl_values, itl_weights, slo=slo, rng=rng)
     peak = max(r.peak_blocks_used for r in replicas)
@@ -197,7 +197,7 @@ def _result(requests, replicas, recorder, memory, cost_model, trace, slo, seed, 
         "kv_peak_utilization": peak / max(memory.usable_blocks, 1),
         "max_model_len": memory.max_model_len,
         "cost_model": getattr(cost_model, "label", cost_model.kind),
-        "engine_steps": recorder.num_steps,
+        "engine_steps": sum(r.recorder.num_steps for r in replicas),
         "offered_rps": _offered_rate(trace),
         "stable": unfinished == 0,
         "horizon_s": horizon if not math.isinf(horizon) else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.host import HostOverhead, HostOverlapCostModel
 from latsim.engines.vllm.launch import LaunchClock
+from latsim.sim.recorder import Recorder
 from latsim.sim.request import Req
 from latsim.sim.simulate import simulate
 from latsim.workload.trace import RequestTrace
@@ -133,3 +135,38 @@ def test_launch_spread_is_seeded_and_widens_first_token_times() -> None:
     spread = np.percentile(ttft["spread"], 99) - np.percentile(ttft["spread"], 10)
     fixed = np.percentile(ttft["fixed"], 99) - np.percentile(ttft["fixed"], 10)
     assert spread > 1.2 * fixed
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), launch=st.floats(0.005, 0.05),
+       replicas=st.integers(1, 2), fast_forward=st.booleans())
+def test_inter_token_gaps_run_between_released_tokens(seed, qps, launch, replicas, fast_forward):
+    """Each request's gaps add up to its (re-stamped) first token to finish, held steps included."""
+    trace = random_trace(seed, 60, qps, 700, 60, 2)
+    dep = replace(small_deployment(async_scheduling=True), replicas=replicas)
+    res = simulate(dep, trace, cost_model=LaunchCost(launch, 0.002, 64), fast_forward=fast_forward, seed=seed)
+    rec = res.records[res.records["status"] == "ok"]
+    spans = float((rec["finish_s"] - rec["first_token_s"]).sum())
+    assert rec.shape[0] == len(trace)
+    assert float(np.dot(res.itl_values_s, res.itl_weights)) == pytest.approx(spans, rel=1e-9)
+
+
+def test_a_held_token_widens_its_gap_and_narrows_the_next() -> None:
+    """The decode step before a prompt's graph-less step goes out when that launch ends."""
+    trace = RequestTrace.from_arrays(np.array([0.0, 0.05]), np.array([32, 600]), np.array([40, 3]))
+    dep = small_deployment(async_scheduling=True)
+    held = simulate(dep, trace, cost_model=LaunchCost(launch=0.03, tail=0.002, launch_from=64))
+    plain = simulate(dep, trace, cost_model=LaunchCost(launch=0.0, tail=0.0, launch_from=64))
+    assert held.itl_values_s.max() > plain.itl_values_s.max() + 0.01  # a decode token waits for the launch
+    assert held.itl_values_s.min() < plain.itl_values_s.min()  # the token after it comes sooner
+
+
+def test_the_recorder_counts_held_tokens_from_their_release() -> None:
+    rec = Recorder()
+    rec.gap(0.0, 1.0)  # a single request: tokens at 0.0 and 1.0 (held until 1.5)
+    rec.same_gap(1.0, 2.0, 3)  # three requests: 1.0 (held) -> 2.0
+    rec.step_gaps([2.0, 2.5, 3.0], 2)  # two requests through two more steps
+    values, weights = rec.itl_samples()
+    assert values.tolist() == [0.5, 1.0] and weights.tolist() == [4.0, 4.0]
+    values, weights = rec.itl_samples({1.0: 1.5})
+    assert values.tolist() == [0.5, 1.5] and weights.tolist() == [7.0, 1.0]

@@ -81,7 +81,7 @@ class StaticBatchScheduler:
             if req.generated == 1:
                 req.first_token = now
             elif self.recorder is not None:
-                self.recorder.gap(now - req.last_token)
+                self.recorder.gap(req.last_token, now)
             req.last_token = now
             if req.generated >= req.target:
                 req.finish = now

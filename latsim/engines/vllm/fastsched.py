@@ -193,7 +193,7 @@ class FastVllmScheduler(VllmScheduler):
         track = self.limits.async_scheduling  # Req.lag matters only then
         assert rec is not None
         if k:
-            rec.same_gap(end - start, k)
+            rec.same_gap(start, end, k)
         cohort.advance(1, end, index)
         finished = cohort.pop_finished() if k else []
         joiners: list[Req] = []

@@ -9,7 +9,9 @@ Three things follow, all seen in the streamed token times of live runs
 (``docs/step-time-model.md``):
 
 - the outputs of the step before a graph-less step go out only when its launch ends, not when
-  that step ends (``held``: they are re-stamped after the simulation, :func:`release_held`);
+  that step ends (``held``: first tokens and finishes are re-stamped after the simulation,
+  :meth:`LaunchClock.release`, and inter-token gaps counted from the release,
+  :meth:`~latsim.sim.recorder.Recorder.itl_samples`);
 - the next decision waits for them, so a request that arrives during the launch still makes
   the step after it (the decision time returned by :meth:`LaunchClock.step`);
 - a graph-less step ends no earlier than ``launch_tail_s`` after its launch ends (the GPU runs
