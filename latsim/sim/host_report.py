@@ -100,6 +100,9 @@ class _Tally:
         self.kind, self.frontend_s, self.output_seq_s = inner.kind, inner.frontend_s, inner.output_seq_s
         self.launch_from, self.launch_tail_s, self.launch_sigma = (inner.launch_from, inner.launch_tail_s,
                                                                    inner.launch_sigma)
+        # the power model's terms, so that the GPU's clock moves the same steps as in the prediction
+        self.power, self.tflop_per_token = inner.power, inner.tflop_per_token
+        self.heavy_parts, self.decode_tflops = inner.heavy_parts, inner.decode_tflops
         self.gpu: list[float] = []
         self.host: list[float] = []
         self.eager: list[float] = []

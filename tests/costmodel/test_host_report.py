@@ -94,3 +94,17 @@ def test_speed_sensitivity_moves_a_host_bound_deployment_and_is_zero_at_its_own_
 def test_speed_sensitivity_rejects_a_speed_out_of_range() -> None:
     with pytest.raises(ValueError, match="host_speed must be a number in"):
         host_speed_sensitivity(deployment("llama-3.2-1b"), trace(2.0, 5), (0.0,))
+
+
+def test_the_share_run_prices_steps_as_the_prediction_does_power_cap_included() -> None:
+    """Long prompts on the H200 run heavy steps at the power cap: the tally's simulation (the
+    reference engine) gives the prediction's own first-token times."""
+    from latsim.sim.host_report import _cost_model, _Tally
+
+    dep = deployment("llama-3.1-8b")
+    work = synthesize(6.0, 40, "poisson", 6000, 32, np.random.default_rng(2))
+    cost = _cost_model(dep)
+    assert cost.power is not None
+    tally = simulate(dep, work, seed=0, cost_model=_Tally(cost), fast_forward=False).records
+    plain = simulate(dep, work, seed=0, fast_forward=False).records
+    np.testing.assert_array_equal(tally["first_token_s"].to_numpy(), plain["first_token_s"].to_numpy())
