@@ -1,7 +1,10 @@
 """Per-kernel time of a live vLLM engine's steps, for checking the cost model step by step.
 
 Runs on the GPU machine (vLLM on ``PYTHONPATH``, see ../shared/DEVICE-VLLM.md).  One engine
-(dummy weights, the OpenAI server's defaults plus the engine arguments given), then scenarios,
+(dummy weights, the OpenAI server's defaults plus the engine arguments given; with
+``--checkpoint-weights`` quantized weights filled like a checkpoint's, ``checkpoint_weights.py``:
+the dummy fill leaves 4-bit weights zero and fp8 ones nearly so, which draws little power), then
+scenarios,
 each one a batch of steps of a known composition:
 
 * ``decode:seqs=S,in=I`` - S requests of I prompt tokens and long outputs; once every one has
@@ -433,7 +436,12 @@ async def run(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if args.config_dir:  # kept so that the run can be priced later (scripts/graphless_steps.py)
         (out / "config.json").write_text((Path(args.config_dir) / "config.json").read_text())
-    meta: dict[str, Any] = {"argv": sys.argv, "host_speed_before": host_speed(3.0)}
+    meta: dict[str, Any] = {"argv": sys.argv, "host_speed_before": host_speed(3.0),
+                            "weights": "checkpoint-like" if args.checkpoint_weights else "dummy"}
+    if args.checkpoint_weights:
+        from checkpoint_weights import install  # scripts/ is on the path when run by path
+
+        install(Path(tempfile.mkdtemp()) / "plugin")
     extra = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.engine_arg)}
     prof = ProfilerConfig(profiler="torch", torch_profiler_dir=str(prof_dir), torch_profiler_with_stack=False,
                           ignore_frontend=True, torch_profiler_dump_cuda_time_total=False)
@@ -474,6 +482,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scenario", action="append", type=parse_scenario)
     p.add_argument("--window", type=float, default=2.0, help="seconds of unprofiled decode timing")
     p.add_argument("--engine-arg", action="append", default=[], help="KEY=JSON, any AsyncEngineArgs")
+    p.add_argument("--checkpoint-weights", action="store_true",
+                   help="fill packed 4-bit weights, zero points and FP8 weights like a real checkpoint "
+                        "(scripts/checkpoint_weights.py) instead of vLLM's dummy fill (zeros: no power drawn)")
     args = p.parse_args(argv)
     if args.resummarize is not None:
         if not (args.resummarize / "timings.json").is_file():

@@ -35,7 +35,8 @@ What is fitted (the model: :mod:`latsim.costmodel.power`):
   RUN=SMI`` pairs: a ``device_trace.py`` run of stamped decode scenarios and the ``nvidia-smi``
   series beside it (the H200's: the 32B and 8B in bf16, ``s27/pw2-qwen2.5-32b``,
   ``s28/pw4-llama-3.1-8b``, set the ramp; the GPTQ 70B, ``s28/pw3-llama-3.1-70b-gptq``, the 4-bit
-  class's weight on it).  Without pairs, no decode cap.
+  class's weight on it), and from their ``graphless`` scenarios each class's capped ratio in
+  light steps.  Without pairs, no decode cap.
 
 Without ``--write`` it prints the fit; with it, writes ``<profile>/power.json`` (atomically)
 with the values, the pairs, the fit's residual and the sources' sha256.
@@ -53,7 +54,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from power_decode import decode_points, fit_ramp, fit_weight, probe_clocks  # type: ignore[import-not-found]  # scripts/
+from power_decode import (  # type: ignore[import-not-found]  # scripts/
+    decode_points,
+    fit_light_ratios,
+    fit_ramp,
+    fit_weight,
+    light_points,
+    probe_clocks,
+)
 
 from latsim.atomic import atomic_write_text
 
@@ -299,6 +307,7 @@ def fit_decode_cap(pairs: list[tuple[Path, Path]], power: dict[str, Any], profil
                for cls, group in points[points["gemm_class"] != "bf16"].groupby("gemm_class")}
     fit["rate_weights"] = {cls: w["weight"] for cls, w in weights.items()}
     fit["rate_weight_fits"] = weights
+    fit.update(fit_light_ratios(pd.concat([light_points(run, smi, clocks) for run, smi in pairs], ignore_index=True)))
     gemm_tflops = 2e-12 * CHUNK * GATE_UP[0] * GATE_UP[1] / (gemm_full_ms / 1e3)
     if gemm_tflops <= fit["decode_full_tflops"]:
         raise ValueError(f"the probe's GEMM rate {gemm_tflops:.0f} TFLOP/s is below the ramp's top "

@@ -126,6 +126,7 @@ def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any
         "cycles": len(parts), "launch_ms": _median([b - a for a, b, _ in parts]),
         "tail_ms": _median([c - b for _, b, c in parts]), "cycle_ms": _median([c - a for a, _, c in parts]),
         "model_gpu_ms": 1e3 * gpu, "model_gpu_less_eager_ms": 1e3 * (gpu - eager), "model_launch_ms": 1e3 * launch,
+        "model_heavy_ms": 1e3 * cm.heavy_parts(shape, True)[0] if cm.power is not None else float("nan"),
     }
     d = quiet / 1e3 if decodes else 0.0
     for key, g in (("model_cycle_ms", gpu), ("model_cycle_less_eager_ms", gpu - eager)):

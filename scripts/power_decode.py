@@ -14,7 +14,13 @@ series beside it (``--query-gpu=timestamp,clocks.sm,power.draw,...``), gives per
 
 :func:`fit_ramp` fits ``decode_onset_tflops`` / ``decode_full_tflops`` (share 0 below the onset,
 1 above the full rate, linear between) by least squares over the bf16 scenarios, and
-:func:`fit_weight` each other class's weight (its rate's factor on that ramp).  Only runs whose
+:func:`fit_weight` each other class's weight (its rate's factor on that ramp).
+
+A run's ``graphless`` scenarios with decoders (a prompt's step beside them) give each GEMM class
+its capped ratio in light steps (:func:`light_points`, :func:`fit_light_ratios`): the prompt's
+measured cycle over the model's without the graph-less term and without any clock
+(``scripts/graphless_steps.py``), the excess over the step's heavy seconds x the scenario's
+share of the way to the capped clock, for scenarios at least ``LIGHT_MIN_SHARE`` there.  Only runs whose
 scenarios carry ``started_at`` (stamped since the twenty-seventh session) can be cut.
 """
 
@@ -145,3 +151,46 @@ def fit_weight(points: pd.DataFrame, onset: float, full: float) -> dict[str, Any
     best = int(np.argmin(sse))
     return {"weight": float(WEIGHT_GRID[best]), "rms_share_error": float(np.sqrt(sse[best] / len(x))),
             "scenarios": len(x)}
+
+
+LIGHT_MIN_SHARE = 0.5
+"""Graph-less scenarios nearer full clock than this share say too little about the capped ratio."""
+
+
+def light_points(trace_dir: Path, smi_path: Path, clocks: tuple[float, float]) -> pd.DataFrame:
+    """One row per stamped graph-less scenario with decoders: ``gemm_class``, ``share`` (the
+    clock's, as :func:`decode_points`), the measured and modelled cycles, the heavy seconds and
+    the capped ratio they imply (``ratio``)."""
+    from graphless_steps import cost_model, folder_rows  # type: ignore[import-not-found]
+
+    meta = json.loads((trace_dir / "timings.json").read_text())
+    stamps = {sc["scenario"]["label"]: sc for sc in meta.get("scenarios", []) if "started_at" in sc}
+    gemm_class = cost_model(meta, 1.0, trace_dir).inner.gemm_class
+    smi = read_smi(smi_path)
+    f_full, f_cap = clocks
+    rows = []
+    for row in folder_rows(trace_dir)[1]:
+        sc = stamps.get(row["scenario"])
+        if sc is None or sc["scenario"].get("decodes", 0) <= 0 or not row["model_heavy_ms"] > 0:
+            continue
+        t0 = pd.Timestamp(sc["started_at"])
+        window = smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=sc["seconds"]))]
+        busy = window[window["util"] >= BUSY_UTIL]
+        share = min(1.0, (f_full / float(busy["sm"].mean()) - 1.0) / (f_full / f_cap - 1.0)) if len(busy) else 0.0
+        excess = row["cycle_ms"] - row["model_cycle_less_eager_ms"]
+        rows.append({"run": trace_dir.name, "scenario": row["scenario"], "gemm_class": gemm_class,
+                     "share": round(share, 3), "cycle_ms": round(row["cycle_ms"], 2),
+                     "model_cycle_ms": round(row["model_cycle_less_eager_ms"], 2),
+                     "heavy_ms": round(row["model_heavy_ms"], 2),
+                     "ratio": 1.0 + excess / (row["model_heavy_ms"] * share) if share > 0 else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def fit_light_ratios(points: pd.DataFrame) -> dict[str, Any]:
+    """Per GEMM class, the median implied capped ratio of its scenarios at least
+    :data:`LIGHT_MIN_SHARE` of the way to the capped clock, with the scenarios used."""
+    if points.empty:
+        return {"light_ratios": {}, "light_scenarios": []}
+    used = points[(points["share"] >= LIGHT_MIN_SHARE) & points["ratio"].notna()]
+    ratios = {str(cls): round(float(group["ratio"].median()), 4) for cls, group in used.groupby("gemm_class")}
+    return {"light_ratios": ratios, "light_scenarios": used.round(4).to_dict(orient="records")}

@@ -214,16 +214,17 @@ class CalibratedCostModel:
         return self._prefill(batch, x) + (self._decode(d, float(x[DKV]), float(x[WDKV]), batch.decode_kv_sq)
                                           if d > 0 else 0.0)
 
-    def heavy_parts(self, batch: BatchShape) -> tuple[float, float, float]:
+    def heavy_parts(self, batch: BatchShape, light: bool = False) -> tuple[float, float, float]:
         """``(heavy seconds, full-clock ratio, capped ratio)`` of a step (:mod:`latsim.costmodel.power`):
         the seconds of its price the power data covers (its GEMMs and per-token operators when
         their GEMM class has ratios, its prefill attention when the KV cache is 16-bit) and their
-        ratios, averaged by seconds over the two; ``(0.0, 1.0, 1.0)`` when none is covered."""
+        ratios, averaged by seconds over the two (``light``: the capped ratio a GEMM class has for
+        steps under the heavy threshold, when measured); ``(0.0, 1.0, 1.0)`` when none is covered."""
         cap = self.power
         if cap is None:
             return 0.0, 1.0, 1.0
         x = self._features(batch)
-        gemm_r = cap.ratios(self.gemm_class)
+        gemm_r = cap.ratios(self.gemm_class, light)
         attn_r = cap.attention_ratios() if self.kv_dtype in SIXTEEN_BIT else None
         gemm = interp1(self.tables.t_knots, self.tables.per_token, float(x[T])) if gemm_r and x[T] > 0 else 0.0
         attn = self._prefill(batch, x) if attn_r else 0.0

@@ -158,10 +158,10 @@ class HostOverlapCostModel:
             return gpu if gpu > host else host
         return gpu + host
 
-    def heavy_parts(self, batch: BatchShape) -> tuple[float, float, float]:
+    def heavy_parts(self, batch: BatchShape, light: bool = False) -> tuple[float, float, float]:
         """The inner model's heavy seconds (:mod:`latsim.costmodel.power`) at this GPU-time scale,
-        with their full-clock and capped ratios."""
-        heavy, full, capped = self.inner.heavy_parts(batch)  # type: ignore[attr-defined]
+        with their full-clock and capped ratios (``light``: a light step's)."""
+        heavy, full, capped = self.inner.heavy_parts(batch, light)  # type: ignore[attr-defined]
         return heavy * self._scale, full, capped
 
     def decode_tflops(self, batch: BatchShape) -> float:

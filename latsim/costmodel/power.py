@@ -45,7 +45,9 @@ way to the capped clock a ramp in it (:meth:`PowerCap.decode_share`): 0 at or be
   :meth:`~latsim.costmodel.calibrated.CalibratedCostModel.decode_tflops`; none: idle), then this
   step at its own rate (all its tokens over its price).
 - A light step pays its heavy seconds ``1 + s x (capped - 1)`` times (its price as the profile
-  timed it: bf16 rows at full clock, so the cap's 1.15; the 4-bit rows warm, so about 1),
+  timed it: bf16 rows at full clock, so the cap's 1.15), ``capped`` the class's ``light_ratios``
+  entry where measured (quantized prompt steps beside decoders at the cap: their pairs, from
+  sustained 2,048-8,160-row runs, do not carry over to 512-token steps),
   ``s`` the ramp at the mean of the state before and after it; a heavy step
   runs its full-clock share at ``full + s x (capped - full)``, ``s`` the ramp before it (its own
   heat is the budget's).  Decode-only steps are not moved (their kernels keep their price at
@@ -101,6 +103,9 @@ class PowerCap:
     """The rate at and above which they hold the clock at the cap (``inf``: no decode cap)."""
     decode_tau_s: float = 0.1
     """The time constant of the tensor-rate state (seconds)."""
+    light_ratios: tuple[tuple[str, float], ...] = ()
+    """``(GEMM class, ratio)``: a class's capped ratio in steps under the heavy threshold, where
+    measured (graph-less prompt steps beside decoders at the cap); others use their pair's."""
     rate_weights: tuple[tuple[str, float], ...] = ()
     """``(GEMM class, weight)``: how much of the tensor-rate state a class's FLOP counts for,
     measured against bf16's (the ramp's own); classes without one: bf16's peak over theirs."""
@@ -115,6 +120,8 @@ class PowerCap:
             "decode_tau_s": (0.0 < self.decode_tau_s < 100.0, self.decode_tau_s),
             "rate_weights": (all(name in GEMM_CLASSES and 0.0 < w <= 4.0 for name, w in self.rate_weights),
                              self.rate_weights),
+            "light_ratios": (all(name in GEMM_CLASSES and 0.5 <= r <= 2.0 for name, r in self.light_ratios),
+                             self.light_ratios),
             "decode_onset_tflops": (0.0 <= self.decode_onset_tflops < self.decode_full_tflops
                                     or self.decode_onset_tflops == self.decode_full_tflops == math.inf,
                                     (self.decode_onset_tflops, self.decode_full_tflops))}
@@ -156,14 +163,16 @@ class PowerCap:
             return 1.0
         return next((w for name, w in self.rate_weights if name == gemm_class), None)
 
-    def ratios(self, gemm_class: str) -> tuple[float, float] | None:
+    def ratios(self, gemm_class: str, light: bool = False) -> tuple[float, float] | None:
         """``(full-clock ratio, capped ratio)`` of a GEMM class (one of :data:`GEMM_CLASSES`): its
         own entry, else for ``bf16`` the pair of :meth:`attention_ratios`; None when the power
-        data does not cover it."""
-        for name, full, capped in self.gemm_ratios:
-            if name == gemm_class:
-                return full, capped
-        return self.attention_ratios() if gemm_class == "bf16" else None
+        data does not cover it.  ``light``: the capped ratio of its :attr:`light_ratios` entry
+        when it has one (a step under the heavy threshold)."""
+        pair = next(((full, capped) for name, full, capped in self.gemm_ratios if name == gemm_class), None)
+        if pair is None and gemm_class == "bf16":
+            pair = self.attention_ratios()
+        light_capped = next((r for name, r in self.light_ratios if name == gemm_class), None) if light else None
+        return pair if pair is None or light_capped is None else (pair[0], light_capped)
 
     def attention_ratios(self) -> tuple[float, float]:
         """``(full-clock ratio, capped ratio)`` of prefill attention over a 16-bit KV cache."""
@@ -184,11 +193,12 @@ def load_power_cap(folder: Path) -> PowerCap | None:
         ramp = data.get("decode_cap")
         decode = {name: float(ramp[name]) for name in DECODE_FIELDS} if ramp else {}
         weights = tuple((str(k), float(v)) for k, v in sorted((ramp or {}).get("rate_weights", {}).items()))
+        light = tuple((str(k), float(v)) for k, v in sorted((ramp or {}).get("light_ratios", {}).items()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a power-cap file ({exc!r}); rebuild it with scripts/fit_power.py") from exc
     return PowerCap(float(values["full_clock_ratio"]), float(values["capped_ratio"]), float(values["budget_s"]),
                     float(values["refill"]), int(values["heavy_tokens"]), str(path), gemms, rate_weights=weights,
-                    **decode)
+                    light_ratios=light, **decode)
 
 
 class PowerClock:
@@ -216,7 +226,7 @@ class PowerClock:
         share = self._rate_share(cap, cost, shape, start, dur, heavy_step) if cap.has_decode_cap else 0.0
         if not heavy_step and share <= 0.0:
             return end
-        heavy, full_ratio, capped_ratio = cost.heavy_parts(shape)
+        heavy, full_ratio, capped_ratio = cost.heavy_parts(shape, not heavy_step)
         if heavy <= 0.0 or dur <= 0.0:
             return end
         heavy = heavy if heavy < dur else dur

@@ -24,7 +24,7 @@ class HeavyCost:
     def __init__(self, cap: PowerCap | None = CAP, heavy_share: float = 1.0, step_s: float = 0.1) -> None:
         self.power, self.heavy_share, self.step_s = cap, heavy_share, step_s
 
-    def heavy_parts(self, shape: BatchShape) -> tuple[float, float, float]:
+    def heavy_parts(self, shape: BatchShape, light: bool = False) -> tuple[float, float, float]:
         assert self.power is not None
         return self.step_s * self.heavy_share, self.power.full_clock_ratio, self.power.capped_ratio
 
@@ -239,17 +239,27 @@ def test_the_tensor_rate_terms_are_checked_and_loaded(tmp_path: Path) -> None:
         load_power_cap(tmp_path)
 
 
-def test_decode_tflops_follows_the_model_size_and_counts_fp8_work_at_half() -> None:
+def test_decode_tflops_follows_the_model_size_and_counts_unmeasured_fp8_work_at_half() -> None:
     from latsim.catalog.lookup import load_device, load_model
     from latsim.costmodel.calibrated import load_calibrated
 
     h200 = load_device("h200")
     small, big = (load_calibrated(load_model(m), h200, 1, "bf16", "bf16") for m in ("llama-3.1-8b", "qwen2.5-32b"))
+    small.power = big.power = RAMP  # no measured class weights
     batch = BatchShape(decode_seqs=128, decode_kv_tokens=128 * 640)
     assert 0.0 < small.decode_tflops(batch) < big.decode_tflops(batch)
     assert small.decode_tflops(BatchShape()) == 0.0
     fp8 = load_calibrated(load_model("llama-3.1-8b"), h200, 1, "fp8", "bf16")
+    fp8.power = RAMP
     assert fp8.tflop_per_token == pytest.approx(small.tflop_per_token / 2, rel=0.01)  # no measured weight: peaks
     int4 = load_calibrated(load_model("llama-3.1-8b"), h200, 1, "int4", "bf16")
     int4.power = dataclasses.replace(RAMP, rate_weights=(("int4", 0.5),))
     assert int4.gemm_class == "int4" and int4.tflop_per_token == pytest.approx(small.tflop_per_token / 2)
+
+
+def test_a_light_step_uses_its_class_s_measured_light_ratio() -> None:
+    cap = dataclasses.replace(RAMP, gemm_ratios=(("int4", 0.85, 0.98),), light_ratios=(("int4", 1.09),))
+    assert cap.ratios("int4") == (0.85, 0.98) and cap.ratios("int4", light=True) == (0.85, 1.09)
+    assert cap.ratios("bf16", light=True) == (1.0, 1.2)  # no light entry: the pair's
+    with pytest.raises(ValueError, match="light_ratios"):
+        dataclasses.replace(RAMP, light_ratios=(("int4", 3.0),))

@@ -169,7 +169,7 @@ class PoweredLinearCost(LinearCost):
 
         self.power = PowerCap(0.8, 1.3, budget_s=0.02, refill=0.5, heavy_tokens=64)
 
-    def heavy_parts(self, b) -> tuple[float, float, float]:
+    def heavy_parts(self, b, light: bool = False) -> tuple[float, float, float]:
         return self.per_token * b.num_tokens, self.power.full_clock_ratio, self.power.capped_ratio
 
 
