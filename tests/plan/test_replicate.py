@@ -145,7 +145,7 @@ def test_coverage_study_light_load() -> None:
     requests, rerun longer when they hold too few tail episodes).  The fuller study
     (``scripts/interval_coverage.py``) is in the README."""
     out = STUDY.coverage(CHEAP, 0.5, experiments=40, replications=5, num_requests=600,
-                         ref_runs=3, ref_requests=15000)
+                         ref_runs=4, ref_requests=15000)
     check_study(out)
 
 

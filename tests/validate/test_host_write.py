@@ -41,7 +41,11 @@ def test_the_shipped_file_holds_data_only_with_a_record_per_script() -> None:
              ("roofline", "fit_engine_host"): {"gpu_scale", "eager_layer_s", "eager_moe_layer_s"}}
     for (entry, script), terms in wrote.items():
         rec = engine[entry]["provenance"][script]
-        assert set(rec["terms"]) == terms
+        described, older = set(rec["terms"]), rec.get("earlier")
+        while older:  # terms an earlier run of the script set and the latest did not rewrite
+            assert not described & set(older["terms"]) and older["command"].startswith(f"python scripts/{script}.py")
+            described, older = described | set(older["terms"]), older.get("earlier")
+        assert described == terms
         assert {"command", "commit", "date", "inputs", "results"} <= set(rec)
         assert rec["command"].startswith(f"python scripts/{script}.py")
     reference = engine["provenance"]["host_reference"]
@@ -79,6 +83,22 @@ def test_a_record_whose_terms_are_all_rewritten_moves_into_the_new_one(hostfile:
                                   supersedes=("host_steps",))
     calibrated = yaml.safe_load(hostfile.read_text())["engines"][HOST_TERMS_KEY]["calibrated"]["provenance"]
     assert "host_steps" in calibrated and "replaces" not in calibrated["host_reference"]
+
+
+def test_rewriting_some_of_a_script_s_terms_keeps_its_earlier_record_for_the_rest(hostfile: Path) -> None:
+    first, second, third = ({**RECORD, "command": f"python scripts/fit_engine_host.py --run {i}"} for i in (1, 2, 3))
+    args = {"script": "fit_engine_host", "entry": "calibrated"}
+    terms = {"frontend_s": 3e-3, "gpu_scale": 1.0, "eager_layer_s": 1e-4}
+    assert host_write.write_terms(hostfile, terms, first, **args)
+    assert host_write.write_terms(hostfile, {"eager_layer_s": 1e-5}, second, **args)
+    rec = yaml.safe_load(hostfile.read_text())["engines"][HOST_TERMS_KEY]["calibrated"]["provenance"]["fit_engine_host"]
+    assert rec["terms"] == ["eager_layer_s"] and rec["command"].endswith("--run 2")
+    assert rec["earlier"]["terms"] == ["frontend_s", "gpu_scale"] and rec["earlier"]["command"].endswith("--run 1")
+    assert host_write.write_terms(hostfile, {"eager_layer_s": 2e-5, "gpu_scale": 0.9}, third, **args)
+    rec = yaml.safe_load(hostfile.read_text())["engines"][HOST_TERMS_KEY]["calibrated"]["provenance"]["fit_engine_host"]
+    earlier = rec["earlier"]
+    assert {k: v for k, v in earlier.items() if k != "earlier"} == {**first, "terms": ["frontend_s"]}
+    assert earlier["earlier"]["terms"] == ["eager_moe_layer_s", "launch_moe_layer_s"]  # the shipped file's record
 
 
 def test_a_new_file_is_created_with_the_engine_level_term(tmp_path: Path) -> None:

@@ -61,7 +61,9 @@ def write_terms(path: str | Path, terms: Mapping[str, float], record: Mapping[st
 
     A record there of a script named in ``supersedes`` whose every term is written now no longer
     describes a value in the file: it moves into the new record, under ``replaces`` (kept there
-    when the script writes again).
+    when the script writes again).  When the script rewrites only some of the terms its previous
+    record set, that record stays, for the others, under the new record's ``earlier`` (its
+    ``terms`` narrowed to them), so every value keeps the record of the run that wrote it.
 
     ValueError (naming the term) for a term that does not belong there, a value that is not a
     finite number >= 0, a CPU term written into an entry that takes them from another
@@ -84,6 +86,9 @@ def write_terms(path: str | Path, terms: Mapping[str, float], record: Mapping[st
     replaced = replaced or (provenance.get(script) or {}).get("replaces", {})
     if replaced:
         new_record["replaces"] = replaced
+    earlier = _earlier(provenance.get(script), set(terms))
+    if earlier:
+        new_record["earlier"] = earlier
     unchanged = all(target.get(name) == float(value) for name, value in terms.items()) \
         and same_computation(provenance.get(script), new_record)
     if unchanged:
@@ -97,6 +102,22 @@ def write_terms(path: str | Path, terms: Mapping[str, float], record: Mapping[st
         _check_loadable(data, engine, entry)
     atomic_write_text(path, dump(data))
     return True
+
+
+def _earlier(previous: Mapping[str, Any] | None, written: set[str]) -> dict[str, Any] | None:
+    """The part of a script's previous record (and of the records it kept) that still describes
+    a term not in ``written``: the record with its ``terms`` narrowed to those; None if none is left."""
+    if not previous:
+        return None
+    kept = [t for t in previous.get("terms", []) if t not in written]
+    older = _earlier(previous.get("earlier"), written | set(kept))
+    if not kept:
+        return older
+    out = {k: v for k, v in previous.items() if k not in ("earlier", "replaces")}
+    out["terms"] = kept
+    if older:
+        out["earlier"] = older
+    return out
 
 
 def write_or_exit(path: Path, terms: Mapping[str, float], inputs: Mapping[str, Any], results: Mapping[str, Any],
