@@ -52,10 +52,10 @@ way to the capped clock a ramp in it (:meth:`PowerCap.decode_share`): 0 at or be
   runs its full-clock share at ``full + s x (capped - full)``, ``s`` the ramp before it (its own
   heat is the budget's).  Decode-only steps are not moved (their kernels keep their price at
   the cap, measured).
-- The ramp is fitted on steady decode runs (where the state equals the decoders' rate), the
-  time constant from the budget (``scripts/fit_power.py --decode-trace``).  The shipped H200
-  profile does not carry it yet: with the graph-less term refitted it did not improve the
-  held-out levels as a whole (``docs/step-time-model.md``).
+- The ramp is fitted on steady decode runs (where the state equals the decoders' rate), each
+  quantized class's weight on it and its light-step ratio on its prompts beside decoders at the
+  cap, the time constant from the budget (``scripts/fit_power.py --decode-trace``;
+  ``docs/step-time-model.md``, "A tensor-rate state").
 
 On the H200 the clock held for 30-50 ms of back-to-back GEMMs from idle, recovered fully in a
 200 ms pause, half in 100 ms and little in 50 ms (duty cycles of ``data/power/``): a budget of
