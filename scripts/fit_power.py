@@ -365,7 +365,9 @@ def main() -> None:
         **{k: dynamics[k] for k in ("budget_s", "refill")},
         "heavy_tokens": HEAVY_TOKENS,
         "applies_to": "prefill attention over a 16-bit KV cache in steps of at least heavy_tokens tokens; the "
-                      "GEMMs of those steps by their class's ratios under 'gemms'",
+                      "GEMMs of those steps by their class's ratios under 'gemms'"
+                      + ("; under 'decode_cap', the same seconds of every step with prompt work, by the "
+                         "tensor-rate state's share of the way to the capped clock" if decode_pairs else ""),
         "pairs": attention, "gemms": gemms, "dynamics_fit": dynamics,
         **({"decode_cap": decode_cap} if decode_cap else {}),
         "sources": {str(p): _sha(p) for p in (prefill_path, power_path, int4_path, *shape_paths,
