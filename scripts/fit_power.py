@@ -34,9 +34,10 @@ What is fitted (the model: :mod:`latsim.costmodel.power`):
   and at which it holds it at the cap (``scripts/power_decode.py``), from ``--decode-trace
   RUN=SMI`` pairs: a ``device_trace.py`` run of stamped decode scenarios and the ``nvidia-smi``
   series beside it (the H200's: the 32B and 8B in bf16, ``s27/pw2-qwen2.5-32b``,
-  ``s28/pw4-llama-3.1-8b``, set the ramp; the GPTQ 70B, ``s28/pw3-llama-3.1-70b-gptq``, the 4-bit
-  class's weight on it), and from their ``graphless`` scenarios each class's capped ratio in
-  light steps.  Without pairs, no decode cap.
+  ``s28/pw4-llama-3.1-8b``, set the ramp; the GPTQ and FP8 70B on checkpoint-like weights,
+  ``s28/pw5-llama-3.1-70b-gptq`` and ``s28/pw6-llama-3.1-70b-fp8``, their classes' weights on
+  it), and from their ``graphless`` scenarios each class's capped ratio in light steps.  Without
+  pairs, no decode cap.
 
 Without ``--write`` it prints the fit; with it, writes ``<profile>/power.json`` (atomically)
 with the values, the pairs, the fit's residual and the sources' sha256.
@@ -61,6 +62,7 @@ from power_decode import (  # type: ignore[import-not-found]  # scripts/
     fit_weight,
     light_points,
     probe_clocks,
+    run_and_series,
 )
 
 from latsim.atomic import atomic_write_text
@@ -285,15 +287,6 @@ def fit_dynamics(power: dict[str, Any], full_ms: float) -> dict[str, Any]:
             "runs": per_run, "full_ms": full_ms, "capped_ms": capped_ms}
 
 
-def _run_and_series(text: str) -> tuple[Path, Path]:
-    """``RUN=SMI`` as two paths; SystemExit naming the argument when malformed or missing."""
-    run, sep, smi = text.partition("=")
-    if not sep or not Path(run, "timings.json").is_file() or not Path(smi).is_file():
-        raise SystemExit(f"--decode-trace {text!r}: expected RUN=SMI, RUN a device_trace.py run folder "
-                         "(with timings.json) and SMI its nvidia-smi series")
-    return Path(run), Path(smi)
-
-
 def fit_decode_cap(pairs: list[tuple[Path, Path]], power: dict[str, Any], profile: Path, budget_s: float,
                    gemm_full_ms: float) -> dict[str, Any]:
     """The tensor-rate state's ramp (``scripts/power_decode.py``) over every decode scenario of the
@@ -357,7 +350,7 @@ def main() -> None:
     dynamics = fit_dynamics(power, pairs_by_class["bf16"][0]["full_ms"])
     gemm_pairs = {**quantized_pairs(power, int4, gemm, window), "bf16": pairs_by_class["bf16"]}
     gemms = class_ratios(gemm_pairs, layer_ratios(shapes, gemm, window))
-    decode_pairs = [_run_and_series(text) for text in args.decode_trace]
+    decode_pairs = [run_and_series(text) for text in args.decode_trace]
     decode_cap = (fit_decode_cap(decode_pairs, power, args.profile, dynamics["budget_s"],
                                  pairs_by_class["bf16"][0]["full_ms"]) if decode_pairs else None)
     result = {

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from power_summary import read_smi  # type: ignore[import-not-found]  # scripts/ is on the path
+from power_summary import read_smi, window  # type: ignore[import-not-found]  # scripts/ is on the path
 
 BUSY_UTIL = 90
 """Samples below this GPU utilisation (%) are a scenario's set-up or profiling, not its decoding."""
@@ -56,6 +56,32 @@ def probe_clocks(power: dict[str, Any], heavy_tokens: int) -> tuple[float, float
         raise ValueError("power probe: no bf16 GEMM runs with clocks (need one sustained run of "
                          f">= {heavy_tokens} rows)")
     return max(medians), float(np.median(capped))
+
+
+def run_and_series(text: str) -> tuple[Path, Path]:
+    """``RUN=SMI`` (a ``--decode-trace`` argument) as two paths; SystemExit naming the argument
+    when malformed or missing."""
+    run, sep, smi = text.partition("=")
+    if not sep or not Path(run, "timings.json").is_file() or not Path(smi).is_file():
+        raise SystemExit(f"--decode-trace {text!r}: expected RUN=SMI, RUN a device_trace.py run folder "
+                         "(with timings.json) and SMI its nvidia-smi series")
+    return Path(run), Path(smi)
+
+
+def clock_share(mhz: Any, clocks: tuple[float, float]) -> Any:
+    """The share of the way from full clock to the capped one that clock(s) ``mhz`` stand at,
+    measured as compute-bound slowdown: ``(f_full / mhz - 1) / (f_full / f_cap - 1)`` (module note;
+    a float or a pandas Series, unclipped)."""
+    f_full, f_cap = clocks
+    return (f_full / mhz - 1.0) / (f_full / f_cap - 1.0)
+
+
+def busy_mean_mhz(smi: pd.DataFrame, scenario: dict[str, Any]) -> tuple[float, int]:
+    """``(mean SM clock, samples)`` over a stamped scenario's busy samples (utilisation at least
+    :data:`BUSY_UTIL`); the mean is NaN when there are none."""
+    cut = window(smi, scenario["started_at"], scenario["seconds"])
+    busy = cut[cut["util"] >= BUSY_UTIL]
+    return (float(busy["sm"].mean()) if len(busy) else float("nan")), len(busy)
 
 
 def trace_model(trace_dir: Path) -> Any:
@@ -91,21 +117,17 @@ def decode_points(trace_dir: Path, smi_path: Path, profile: Path, clocks: tuple[
     weight_dtype = resolve_weight_dtype(model, AUTO)[0]  # a quantized checkpoint's, else its 16-bit dtype
     cost = load_calibrated(model, device, 1, weight_dtype, "bf16", profile=profile)
     smi = read_smi(smi_path)
-    f_full, f_cap = clocks
     token_tflop = 2e-12 * param_breakdown(model).linear_active
     rows = []
     for sc in decodes:
         seqs = int(sc["scenario"]["seqs"])
         context = float(np.mean(sc.get("context_at_profile") or [sc["scenario"]["in"]]))
-        t0 = pd.Timestamp(sc["started_at"])
-        window = smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=sc["seconds"]))]
-        busy = window[window["util"] >= BUSY_UTIL]
-        mean = float(busy["sm"].mean()) if len(busy) else float("nan")
+        mean, busy = busy_mean_mhz(smi, sc)
         price = cost.step_time(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * context)))
         rows.append({"run": trace_dir.name, "model": model.name, "gemm_class": cost.gemm_class,
                      "scenario": sc["scenario"]["label"], "seqs": seqs, "context": round(context),
-                     "busy_samples": len(busy), "mean_mhz": round(mean), "tflops": token_tflop * seqs / price,
-                     "share": (f_full / mean - 1.0) / (f_full / f_cap - 1.0)})
+                     "busy_samples": busy, "mean_mhz": round(mean), "tflops": token_tflop * seqs / price,
+                     "share": clock_share(mean, clocks)})
     return pd.DataFrame(rows)
 
 
@@ -167,16 +189,13 @@ def light_points(trace_dir: Path, smi_path: Path, clocks: tuple[float, float]) -
     stamps = {sc["scenario"]["label"]: sc for sc in meta.get("scenarios", []) if "started_at" in sc}
     gemm_class = cost_model(meta, 1.0, trace_dir).inner.gemm_class
     smi = read_smi(smi_path)
-    f_full, f_cap = clocks
     rows = []
     for row in folder_rows(trace_dir)[1]:
         sc = stamps.get(row["scenario"])
         if sc is None or sc["scenario"].get("decodes", 0) <= 0 or not row["model_heavy_ms"] > 0:
             continue
-        t0 = pd.Timestamp(sc["started_at"])
-        window = smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=sc["seconds"]))]
-        busy = window[window["util"] >= BUSY_UTIL]
-        share = min(1.0, (f_full / float(busy["sm"].mean()) - 1.0) / (f_full / f_cap - 1.0)) if len(busy) else 0.0
+        mean, busy = busy_mean_mhz(smi, sc)
+        share = min(1.0, clock_share(mean, clocks)) if busy else 0.0
         excess = row["cycle_ms"] - row["model_cycle_less_eager_ms"]
         rows.append({"run": trace_dir.name, "scenario": row["scenario"], "gemm_class": gemm_class,
                      "share": round(share, 3), "cycle_ms": round(row["cycle_ms"], 2),

@@ -91,9 +91,15 @@ def read_smi(smi_csv: Path) -> pd.DataFrame:
     return smi.reset_index(drop=True)
 
 
-def _cut(smi: pd.DataFrame, name: str, start: str, seconds: float) -> dict[str, Any]:
+def window(smi: pd.DataFrame, start: str, seconds: float) -> pd.DataFrame:
+    """The samples of an nvidia-smi series (:func:`read_smi`) from ``start`` (a timestamp) for
+    ``seconds``."""
     t0 = pd.Timestamp(start)
-    s = smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=seconds))]
+    return smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=seconds))]
+
+
+def _cut(smi: pd.DataFrame, name: str, start: str, seconds: float) -> dict[str, Any]:
+    s = window(smi, start, seconds)
     row: dict[str, Any] = {"level": name, "samples": len(s), "sm_mhz_p10": int(s["sm"].quantile(0.1)),
                            "sm_mhz_median": int(s["sm"].median()),
                            "share_below_1800": round(float((s["sm"] < 1800).mean()), 2),

@@ -28,11 +28,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from power_decode import decode_points, fit_ramp, probe_clocks, ramp  # type: ignore[import-not-found]
-from power_summary import read_smi  # type: ignore[import-not-found]  # scripts/ is on the path
-
-HEAVY_TOKENS = 2048
-"""Rows of a sustained probe GEMM at the cap (``fit_power.py``'s threshold)."""
+from power_decode import (  # type: ignore[import-not-found]  # scripts/
+    clock_share,
+    decode_points,
+    fit_ramp,
+    probe_clocks,
+    ramp,
+    run_and_series,
+)
+from power_summary import read_smi, window  # type: ignore[import-not-found]  # scripts/ is on the path
 
 
 class ShareTally:
@@ -76,13 +80,11 @@ def level_shares(run_dir: Path, smi: pd.DataFrame, device: str, clocks: tuple[fl
     from latsim.sim.simulate import default_cost_model, simulate
     from latsim.validate.compare import replay_deployment
 
-    f_full, f_cap = clocks
     rows = []
     for level in sorted(p for p in run_dir.iterdir() if (p / "meta.json").exists()):
         meta = json.loads((level / "meta.json").read_text())
-        t0 = pd.Timestamp(meta["start_time"])
-        cut = smi[(smi["t"] >= t0) & (smi["t"] < t0 + pd.Timedelta(seconds=meta["duration_s"]))]
-        measured = float(((f_full / cut["sm"] - 1.0) / (f_full / f_cap - 1.0)).clip(lower=0.0).mean())
+        cut = window(smi, meta["start_time"], meta["duration_s"])
+        measured = float(clock_share(cut["sm"], clocks).clip(lower=0.0).mean())
         run = load_run(level)
         deployment = replay_deployment(run.meta, device)
         tally = ShareTally(default_cost_model(deployment, resolve_engine(deployment)), ramp_terms)
@@ -104,9 +106,10 @@ def main() -> None:
                     help="a device_trace.py run of stamped decode scenarios and its nvidia-smi series (repeatable)")
     args = ap.parse_args()
     with gzip.open(args.folder / "power_probe.json.gz", "rt") as f:
-        clocks = probe_clocks(json.load(f), HEAVY_TOKENS)
-    pairs = [text.partition("=")[::2] for text in args.decode_trace]
-    points = pd.concat([decode_points(Path(run), Path(smi), args.profile, clocks) for run, smi in pairs])
+        heavy_tokens = int(json.loads((args.profile / "power.json").read_text())["heavy_tokens"])
+        clocks = probe_clocks(json.load(f), heavy_tokens)
+    pairs = [run_and_series(text) for text in args.decode_trace]
+    points = pd.concat([decode_points(run, smi, args.profile, clocks) for run, smi in pairs])
     fit = fit_ramp(points[points["gemm_class"] == "bf16"])
     ramp_terms = (fit["decode_onset_tflops"], fit["decode_full_tflops"])
     print(f"ramp {ramp_terms[0]:.0f}-{ramp_terms[1]:.0f} TFLOP/s, clocks {clocks[0]:.0f} / {clocks[1]:.0f} MHz")

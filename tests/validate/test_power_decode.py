@@ -51,3 +51,19 @@ def test_a_class_weight_puts_its_rates_on_the_bf16_ramp() -> None:
     assert fit["weight"] == pytest.approx(0.66) and fit["rms_share_error"] < 0.01
     with pytest.raises(ValueError, match="at least 3"):
         decode.fit_weight(heavy.head(2), 80.0, 340.0)
+
+
+def test_a_malformed_or_missing_decode_trace_argument_is_named(tmp_path: Path) -> None:
+    (tmp_path / "timings.json").write_text("{}")
+    (tmp_path / "smi.csv").write_text("")
+    assert decode.run_and_series(f"{tmp_path}={tmp_path / 'smi.csv'}") == (tmp_path, tmp_path / "smi.csv")
+    smi = tmp_path / "smi.csv"
+    for bad in (str(tmp_path), f"{tmp_path}={tmp_path / 'absent.csv'}", f"{tmp_path / 'no-run'}={smi}"):
+        with pytest.raises(SystemExit, match="expected RUN=SMI"):
+            decode.run_and_series(bad)
+
+
+def test_the_clock_share_is_zero_at_full_clock_and_one_at_the_cap() -> None:
+    assert decode.clock_share(1980.0, (1980.0, 1455.0)) == 0.0
+    assert decode.clock_share(1455.0, (1980.0, 1455.0)) == pytest.approx(1.0)
+    assert 0.0 < decode.clock_share(1700.0, (1980.0, 1455.0)) < 1.0
