@@ -1,0 +1,144 @@
+"""A graph-sized prompt step's GEMMs at the full clock against the calibration's rows (issue 17).
+
+Live traces of single 512-token prompts on an idle H200 (``data/traces/h200/s29/mx-llama-2-7b``,
+``llama-3.1-8b-mixed``) ran their linear layers 8-12 % under the profile's rows for the same
+shapes (rows of at most 512 tokens are timed by :class:`latsim.calibration.timing.GraphTimer`,
+point after point with no pause).  Is that the clock (the rows timed in the power cap's state,
+the live step at the full clock after an idle GPU), the dtype (Llama-2-7B runs fp16), or the
+kernels?  Per model and row count this times the model's whole stack of linear layers (distinct
+weights per layer, one CUDA graph, as vLLM replays a step):
+
+1. ``cool``: one replay after ``PAUSE_S`` of idle GPU (median of ``COOL_REPEATS``);
+2. ``hot``: one replay after ``HOT_S`` of back-to-back replays (median of the last ``HOT_TIMED``);
+3. ``rows``: the calibration's own timer on each of the four shapes (one layer's weights
+   rotated as the grid does), summed over the layers: what the profile's rows would say.
+
+Writes ``$OUT/step_clock_probe.json`` (seconds per step for each way; GPU, torch, CUDA
+versions); prints a table.  Run ``nvidia-smi`` beside it for the clocks.  Plain torch, from the
+repository root on the GPU machine: ``python3 scripts/device_step_clock_probe.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from latsim.atomic import atomic_write_text
+from latsim.calibration.timing import GraphTimer
+
+MODELS = {
+    "llama-3.1-8b": (32, {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}),
+    "llama-2-7b": (32, {"qkv": (4096, 12288), "o": (4096, 4096), "gate_up": (4096, 22016), "down": (11008, 4096)}),
+    "qwen2.5-32b": (64, {"qkv": (5120, 7168), "o": (5120, 5120), "gate_up": (5120, 55296), "down": (27648, 5120)}),
+}
+"""Layers and (K, N) of each linear layer at TP=1."""
+ROWS = (128, 256, 384, 512)
+PAUSE_S = 0.4
+COOL_REPEATS = 5
+HOT_S = 3.0
+HOT_TIMED = 5
+ROTATE = 8
+"""Weight sets the ``rows`` timer rotates among (as the grid keeps its inputs out of L2)."""
+
+
+def _replay_s(torch: Any, graph: Any) -> float:
+    """Seconds of one replay of ``graph``, between two events."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    graph.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return float(a.elapsed_time(b) * 1e-3)
+
+
+def _stack_graph(torch: Any, calls: list[Any]) -> Any:
+    """One CUDA graph of ``calls``, warmed on a side stream first."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    torch.cuda.synchronize()
+    return graph
+
+
+def cool_and_hot(torch: Any, graph: Any) -> tuple[float, float]:
+    """(median replay after an idle pause, median replay after ``HOT_S`` of replays)."""
+    cool = []
+    for _ in range(COOL_REPEATS):
+        time.sleep(PAUSE_S)
+        cool.append(_replay_s(torch, graph))
+    end = time.perf_counter() + HOT_S
+    while time.perf_counter() < end:
+        for _ in range(10):
+            graph.replay()
+        torch.cuda.synchronize()
+    hot = [_replay_s(torch, graph) for _ in range(HOT_TIMED)]
+    return statistics.median(cool), statistics.median(hot)
+
+
+def rows_s(torch: Any, dtype: Any, shapes: dict[str, tuple[int, int]], layers: int, m: int) -> float:
+    """The calibration's GraphTimer on each shape, summed over ``layers``."""
+    f, total = torch.nn.functional.linear, 0.0
+    for k, n in shapes.values():
+        ws = [torch.randn(n, k, device="cuda", dtype=dtype) * 0.02 for _ in range(ROTATE)]
+        xs = [torch.randn(m, k, device="cuda", dtype=dtype) for _ in range(ROTATE)]
+        total += GraphTimer(torch).time(lambda i, ws=ws, xs=xs: f(xs[i % ROTATE], ws[i % ROTATE])).median_s * layers
+        del ws, xs
+    return total
+
+
+def probe(torch: Any, name: str, dtype_name: str, m: int) -> dict[str, Any]:
+    layers, shapes = MODELS[name]
+    dtype = getattr(torch, dtype_name)
+    f = torch.nn.functional.linear
+    calls = []
+    for _ in range(layers):
+        for k, n in shapes.values():
+            w = torch.randn(n, k, device="cuda", dtype=dtype) * 0.02
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+            calls.append(lambda x=x, w=w: f(x, w))
+    graph = _stack_graph(torch, calls)
+    cool, hot = cool_and_hot(torch, graph)
+    del graph, calls
+    torch.cuda.empty_cache()
+    row = {"model": name, "dtype": dtype_name, "M": m, "layers": layers, "cool_s": cool, "hot_s": hot,
+           "rows_s": rows_s(torch, dtype, shapes, layers, m), "at": time.time()}
+    torch.cuda.empty_cache()
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    args = ap.parse_args()
+    import torch
+
+    cases = [(name, "bfloat16") for name in MODELS] + [("llama-2-7b", "float16")]
+    rows = []
+    print(f"{'model':12s} {'dtype':9s} {'M':>4s} {'cool ms':>8s} {'hot ms':>8s} {'rows ms':>8s}")
+    for name, dtype_name in cases:
+        for m in ROWS:
+            row = probe(torch, name, dtype_name, m)
+            rows.append(row)
+            ms = [row[key] * 1e3 for key in ("cool_s", "hot_s", "rows_s")]
+            print(f"{name:12s} {dtype_name:9s} {m:4d} {ms[0]:8.2f} {ms[1]:8.2f} {ms[2]:8.2f}", flush=True)
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+              "pause_s": PAUSE_S, "hot_s": HOT_S, "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "step_clock_probe.json", json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
