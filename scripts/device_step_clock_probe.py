@@ -13,6 +13,11 @@ weights per layer, one CUDA graph, as vLLM replays a step):
 3. ``rows``: the calibration's own timer on each of the four shapes (one layer's weights
    rotated as the grid does), summed over the layers: what the profile's rows would say.
 
+``--fills`` instead times the stacks of Llama-3.1-8B and Llama-2-7B at 256 and 512 rows with two
+weight fills, ``randn x 0.02`` (a trained checkpoint's scale) and vLLM's dummy loader's uniform
+values within +-1e-3 (what the validation's engines ran), cool and hot: whether the dummy fill
+draws less power and so runs faster than real weights (``$OUT/step_clock_fills.json``).
+
 Writes ``$OUT/step_clock_probe.json`` (seconds per step for each way; GPU, torch, CUDA
 versions); prints a table.  Run ``nvidia-smi`` beside it for the clocks.  Plain torch, from the
 repository root on the GPU machine: ``python3 scripts/device_step_clock_probe.py``.
@@ -42,6 +47,10 @@ PAUSE_S = 0.4
 COOL_REPEATS = 5
 HOT_S = 3.0
 HOT_TIMED = 5
+FILLS = ("randn", "dummy")
+"""``randn``: normal x 0.02; ``dummy``: uniform within +-1e-3, as vLLM's ``load_format=dummy``."""
+FILL_MODELS = ("llama-3.1-8b", "llama-2-7b")
+FILL_ROWS = (256, 512)
 ROTATE = 8
 """Weight sets the ``rows`` timer rotates among (as the grid keeps its inputs out of L2)."""
 
@@ -98,32 +107,68 @@ def rows_s(torch: Any, dtype: Any, shapes: dict[str, tuple[int, int]], layers: i
     return total
 
 
-def probe(torch: Any, name: str, dtype_name: str, m: int) -> dict[str, Any]:
+def weight(torch: Any, n: int, k: int, dtype: Any, fill: str) -> Any:
+    """One ``n x k`` weight filled as ``fill`` (:data:`FILLS`)."""
+    if fill == "dummy":
+        return torch.empty(n, k, device="cuda", dtype=dtype).uniform_(-1e-3, 1e-3)
+    return torch.randn(n, k, device="cuda", dtype=dtype) * 0.02
+
+
+def stack_times(torch: Any, name: str, dtype: Any, m: int, fill: str = "randn") -> tuple[float, float]:
+    """(cool, hot) seconds of the model's stack of linear layers at ``m`` rows."""
     layers, shapes = MODELS[name]
-    dtype = getattr(torch, dtype_name)
     f = torch.nn.functional.linear
     calls = []
     for _ in range(layers):
         for k, n in shapes.values():
-            w = torch.randn(n, k, device="cuda", dtype=dtype) * 0.02
+            w = weight(torch, n, k, dtype, fill)
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             calls.append(lambda x=x, w=w: f(x, w))
     graph = _stack_graph(torch, calls)
-    cool, hot = cool_and_hot(torch, graph)
+    times = cool_and_hot(torch, graph)
     del graph, calls
     torch.cuda.empty_cache()
+    return times
+
+
+def probe(torch: Any, name: str, dtype_name: str, m: int) -> dict[str, Any]:
+    layers, shapes = MODELS[name]
+    dtype = getattr(torch, dtype_name)
+    cool, hot = stack_times(torch, name, dtype, m)
     row = {"model": name, "dtype": dtype_name, "M": m, "layers": layers, "cool_s": cool, "hot_s": hot,
            "rows_s": rows_s(torch, dtype, shapes, layers, m), "at": time.time()}
     torch.cuda.empty_cache()
     return row
 
 
+def fills(torch: Any) -> list[dict[str, Any]]:
+    """The stacks of :data:`FILL_MODELS` at :data:`FILL_ROWS` under each fill, cool and hot."""
+    rows = []
+    print(f"{'model':12s} {'fill':6s} {'M':>4s} {'cool ms':>8s} {'hot ms':>8s}")
+    for name in FILL_MODELS:
+        for m in FILL_ROWS:
+            for fill in FILLS:
+                cool, hot = stack_times(torch, name, torch.bfloat16, m, fill)
+                rows.append({"model": name, "fill": fill, "M": m, "cool_s": cool, "hot_s": hot, "at": time.time()})
+                print(f"{name:12s} {fill:6s} {m:4d} {cool * 1e3:8.2f} {hot * 1e3:8.2f}", flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--fills", action="store_true", help="compare weight fills instead (see the module note)")
     args = ap.parse_args()
     import torch
 
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    versions = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+                "pause_s": PAUSE_S, "hot_s": HOT_S}
+    if args.fills:
+        result = {**versions, "rows": fills(torch)}
+        atomic_write_text(out / "step_clock_fills.json", json.dumps(result, indent=1) + "\n")
+        return
     cases = [(name, "bfloat16") for name in MODELS] + [("llama-2-7b", "float16")]
     rows = []
     print(f"{'model':12s} {'dtype':9s} {'M':>4s} {'cool ms':>8s} {'hot ms':>8s} {'rows ms':>8s}")
@@ -133,10 +178,7 @@ def main() -> None:
             rows.append(row)
             ms = [row[key] * 1e3 for key in ("cool_s", "hot_s", "rows_s")]
             print(f"{name:12s} {dtype_name:9s} {m:4d} {ms[0]:8.2f} {ms[1]:8.2f} {ms[2]:8.2f}", flush=True)
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-              "pause_s": PAUSE_S, "hot_s": HOT_S, "rows": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    result = {**versions, "rows": rows}
     atomic_write_text(out / "step_clock_probe.json", json.dumps(result, indent=1) + "\n")
 
 
