@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from latsim.atomic import atomic_write_text
-from latsim.calibration.timing import CudaTimer
+from latsim.calibration.timing import CudaTimer, capture_graph
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
 """Llama-3.1-8B's linear layers at TP=1, (K, N)."""
@@ -54,16 +54,7 @@ def _stream(torch: Any, calls: list[Any], repeats: int) -> float:
 
 def _graph(torch: Any, calls: list[Any], repeats: int) -> float:
     """Median seconds per call of ``calls`` captured in one CUDA graph and replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
+    graph = capture_graph(torch, calls)
     graph.replay()
     torch.cuda.synchronize()
     return _stream(torch, [graph.replay], repeats) / len(calls)

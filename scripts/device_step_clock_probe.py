@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from latsim.atomic import atomic_write_text
-from latsim.calibration.timing import GraphTimer
+from latsim.calibration.timing import GraphTimer, capture_graph
 
 MODELS = {
     "llama-3.1-8b": (32, {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}),
@@ -63,22 +63,6 @@ def _replay_s(torch: Any, graph: Any) -> float:
     b.record()
     torch.cuda.synchronize()
     return float(a.elapsed_time(b) * 1e-3)
-
-
-def _stack_graph(torch: Any, calls: list[Any]) -> Any:
-    """One CUDA graph of ``calls``, warmed on a side stream first."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    torch.cuda.synchronize()
-    return graph
 
 
 def cool_and_hot(torch: Any, graph: Any) -> tuple[float, float]:
@@ -124,7 +108,8 @@ def stack_times(torch: Any, name: str, dtype: Any, m: int, fill: str = "randn") 
             w = weight(torch, n, k, dtype, fill)
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             calls.append(lambda x=x, w=w: f(x, w))
-    graph = _stack_graph(torch, calls)
+    graph = capture_graph(torch, calls)
+    torch.cuda.synchronize()
     times = cool_and_hot(torch, graph)
     del graph, calls
     torch.cuda.empty_cache()

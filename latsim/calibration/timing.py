@@ -30,9 +30,10 @@ the events' time: ``data/kernels/README.md``).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,19 +253,24 @@ class GraphTimer:
         return summarize([t / calls for t in replays], self.name)
 
     def _capture(self, fn: Callable[[int], object], calls: int) -> Any:
-        """A CUDA graph of ``fn(0) .. fn(calls - 1)``, warmed on a side stream first."""
-        torch = self.torch
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for i in range(calls):
-                fn(i)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(calls):
-                fn(i)
-        return graph
+        """A CUDA graph of ``fn(0) .. fn(calls - 1)`` (:func:`capture_graph`)."""
+        return capture_graph(self.torch, [functools.partial(fn, i) for i in range(calls)])
+
+
+def capture_graph(torch: Any, calls: Sequence[Callable[[], object]]) -> Any:
+    """One CUDA graph of ``calls`` in order, run once on a side stream first (torch captures
+    after a warm-up off the default stream); the caller replays it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    return graph
 
 
 class CpuTimer:
