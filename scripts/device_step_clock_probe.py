@@ -33,15 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from device_int4_probe import CATALOG, catalog_shapes  # scripts/ is on the path when a script runs by path
+
 from latsim.atomic import atomic_write_text
 from latsim.calibration.timing import GraphTimer, capture_graph
 
-MODELS = {
-    "llama-3.1-8b": (32, {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}),
-    "llama-2-7b": (32, {"qkv": (4096, 12288), "o": (4096, 4096), "gate_up": (4096, 22016), "down": (11008, 4096)}),
-    "qwen2.5-32b": (64, {"qkv": (5120, 7168), "o": (5120, 5120), "gate_up": (5120, 55296), "down": (27648, 5120)}),
-}
-"""Layers and (K, N) of each linear layer at TP=1."""
+MODELS = ("llama-3.1-8b", "llama-2-7b", "qwen2.5-32b")
+"""Catalog models whose stacks are timed."""
 ROWS = (128, 256, 384, 512)
 PAUSE_S = 0.4
 COOL_REPEATS = 5
@@ -84,11 +82,17 @@ def rows_s(torch: Any, dtype: Any, shapes: dict[str, tuple[int, int]], layers: i
     """The calibration's GraphTimer on each shape, summed over ``layers``."""
     f, total = torch.nn.functional.linear, 0.0
     for k, n in shapes.values():
-        ws = [torch.randn(n, k, device="cuda", dtype=dtype) * 0.02 for _ in range(ROTATE)]
+        ws = [weight(torch, n, k, dtype, "randn") for _ in range(ROTATE)]
         xs = [torch.randn(m, k, device="cuda", dtype=dtype) for _ in range(ROTATE)]
         total += GraphTimer(torch).time(lambda i, ws=ws, xs=xs: f(xs[i % ROTATE], ws[i % ROTATE])).median_s * layers
         del ws, xs
     return total
+
+
+def model_stack(name: str) -> tuple[int, dict[str, tuple[int, int]]]:
+    """A catalog model's layer count and the (K, N) of each linear layer at TP=1."""
+    layers = int(json.loads((CATALOG / f"{name}.json").read_text())["num_hidden_layers"])
+    return layers, catalog_shapes(name)
 
 
 def weight(torch: Any, n: int, k: int, dtype: Any, fill: str) -> Any:
@@ -100,7 +104,7 @@ def weight(torch: Any, n: int, k: int, dtype: Any, fill: str) -> Any:
 
 def stack_times(torch: Any, name: str, dtype: Any, m: int, fill: str = "randn") -> tuple[float, float]:
     """(cool, hot) seconds of the model's stack of linear layers at ``m`` rows."""
-    layers, shapes = MODELS[name]
+    layers, shapes = model_stack(name)
     f = torch.nn.functional.linear
     calls = []
     for _ in range(layers):
@@ -117,7 +121,7 @@ def stack_times(torch: Any, name: str, dtype: Any, m: int, fill: str = "randn") 
 
 
 def probe(torch: Any, name: str, dtype_name: str, m: int) -> dict[str, Any]:
-    layers, shapes = MODELS[name]
+    layers, shapes = model_stack(name)
     dtype = getattr(torch, dtype_name)
     cool, hot = stack_times(torch, name, dtype, m)
     row = {"model": name, "dtype": dtype_name, "M": m, "layers": layers, "cool_s": cool, "hot_s": hot,
