@@ -1,0 +1,113 @@
+"""Summarise the model's signed errors on the held-out live levels into the band ``latsim predict`` shows.
+
+    python scripts/error_band.py [ROOT] [--device h200] [--fit REGEX] [--write]
+
+Replays every Poisson level under ROOT (default ``data/validation``) measured at TP=1, less the
+levels the fits saw (``--fit``, a regular expression searched in the level's path) and the
+client-bound ones, at the default host speed (``latsim validate``'s replay,
+:func:`latsim.validate.compare.compare_run`), and prints per load band and metric the count,
+the 10th / 50th / 90th percentiles of the signed error and the leave-one-configuration-out
+coverage of the 10-90 band (:mod:`latsim.validate.error_band`).  ``--write`` puts them into
+``latsim/data/engines/vllm/error_band.json`` with their provenance (the levels' digest, the
+command, the commit) and the predictions of a few levels (``sentinels``), by which a test tells
+when the model has changed since (then run this again).  About four minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from latsim.atomic import atomic_write_text
+from latsim.measure.records import read_meta
+from latsim.provenance import combined_digest, display_path, record, significant
+from latsim.validate.compare import client_bound, compare_run, error_table, find_runs, replay_deployment
+from latsim.validate.error_band import SHIPPED, configuration, load_fraction, summarise
+
+FIT = r"h200-probed-b/llama-3\.1-8b-|h200/qwen3-30b-a3b-fixed"
+"""The levels the shipped fits saw (``scripts/fit_engine_host.py``'s training runs)."""
+ENGINE = "vllm-0.25.1"
+SENTINELS = 3
+"""Levels whose predictions the file keeps: the first level of each of this many configurations."""
+
+
+def held_out_levels(root: Path, device: str, fit: str) -> list[Path]:
+    """The Poisson levels under ``root`` at TP=1, not client-bound, whose path ``fit`` does not match."""
+    pattern = re.compile(fit)
+    keep = []
+    for level in find_runs(root):
+        if load_fraction(level.name) is None or pattern.search(level.as_posix()):
+            continue
+        meta = read_meta(level)
+        if client_bound(meta) or replay_deployment(meta, device).tp != 1:
+            continue
+        keep.append(level)
+    return keep
+
+
+def sentinels(levels: list, count: int = SENTINELS) -> dict[str, dict[str, float]]:
+    """``{level path: {"ttft_ms p50": predicted, ...}}`` for the first level of ``count`` configurations."""
+    out: dict[str, dict[str, float]] = {}
+    seen: set[str] = set()
+    for lv in levels:
+        name = configuration(lv.run_dir)
+        if name in seen or len(out) == count:
+            continue
+        seen.add(name)
+        out[display_path(lv.run_dir)] = {f"{m} {s}": float(lv.predicted[m][s])
+                                         for m in ("ttft_ms", "tpot_ms") for s in ("p50", "p99")}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root", nargs="?", type=Path, default=Path("data/validation"))
+    ap.add_argument("--device", default="h200")
+    ap.add_argument("--fit", default=FIT, help="regular expression of the levels the fits saw (left out)")
+    ap.add_argument("--write", action="store_true", help=f"write {display_path(SHIPPED)}")
+    args = ap.parse_args()
+    if not args.root.is_dir():
+        ap.error(f"{args.root} is not a folder of measured runs")
+    paths = held_out_levels(args.root, args.device, args.fit)
+    if not paths:
+        ap.error(f"no held-out Poisson level at TP=1 under {args.root}")
+    levels = []
+    for k, path in enumerate(paths, 1):
+        levels.append(compare_run(path, args.device))
+        print(f"\r{k}/{len(paths)} levels replayed", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    kinds = {str(lv.predicted.get("cost_model")) for lv in levels}
+    if len(kinds) != 1:
+        raise SystemExit(f"the levels were priced by more than one cost model ({sorted(kinds)}); one band needs one")
+    bands = summarise(error_table(levels))
+    show(bands)
+    if args.write:
+        write(args, paths, bands, sentinels(levels), kinds.pop())
+
+
+def show(bands: dict) -> None:
+    """Print the bands, one line per band and metric."""
+    for band, metrics in bands.items():
+        for key, v in metrics.items():
+            cover = "-" if v["loo_coverage"] is None else f"{100 * v['loo_coverage']:.0f} %"
+            print(f"{band:6s} {key:12s} {v['levels']:4d} levels over {v['configurations']:2d} configurations: "
+                  f"10/50/90 % {100 * v['q10']:+6.1f} {100 * v['q50']:+6.1f} {100 * v['q90']:+6.1f} %, "
+                  f"left-out coverage {cover}")
+
+
+def write(args: argparse.Namespace, paths: list[Path], bands: dict, kept: dict, cost_model: str) -> None:
+    """Write the shipped band file atomically, with its provenance."""
+    inputs = {"root": display_path(args.root), "device": args.device, "fit": args.fit,
+              "levels": {"count": len(paths), "digest": combined_digest(paths)}}
+    doc = {"engine": ENGINE, "device": args.device, "cost_model": cost_model, "tp": 1, "host_speed": 1.0,
+           "levels": len(paths), "bands": significant(bands, 4), "sentinels": significant(kept, 6),
+           "provenance": record(inputs, {"bands": len(bands)}, exclude=SHIPPED)}
+    atomic_write_text(SHIPPED, json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {display_path(SHIPPED)}")
+
+
+if __name__ == "__main__":
+    main()
