@@ -5,12 +5,14 @@
 Replays every Poisson level under ROOT (default ``data/validation``) measured at TP=1, less the
 levels the fits saw (``--fit``, a regular expression searched in the level's path) and the
 client-bound ones, at the default host speed (``latsim validate``'s replay,
-:func:`latsim.validate.compare.compare_run`), and prints per load band and metric the count,
-the 10th / 50th / 90th percentiles of the signed error and the leave-one-configuration-out
-coverage of the 10-90 band (:mod:`latsim.validate.error_band`).  ``--write`` puts them into
+:func:`latsim.validate.compare.compare_run`), and prints, per load band, decode pace (the
+replay's :func:`latsim.sim.host_report.decode_host_ratio`) and metric, the count, the 10th /
+50th / 90th percentiles of the signed error and the leave-one-configuration-out coverage of the
+10-90 band (:mod:`latsim.validate.error_band`), as a markdown table.  ``--write`` puts them into
 ``latsim/data/engines/vllm/error_band.json`` with their provenance (the levels' digest, the
 command, the commit) and the predictions of a few levels (``sentinels``), by which a test tells
-when the model has changed since (then run this again).  About four minutes on two cores.
+when the model has changed since (then run this again); ``--table CSV`` keeps the per-level
+errors with each level's host ratio.  About four minutes on two cores.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from latsim.atomic import atomic_write_text
 from latsim.measure.records import read_meta
 from latsim.provenance import combined_digest, display_path, record, significant
+from latsim.sim.host_report import decode_host_ratio
 from latsim.validate.compare import client_bound, compare_run, error_table, find_runs, replay_deployment
 from latsim.validate.error_band import SHIPPED, configuration, load_fraction, summarise
 
@@ -68,34 +71,43 @@ def main() -> None:
     ap.add_argument("--device", default="h200")
     ap.add_argument("--fit", default=FIT, help="regular expression of the levels the fits saw (left out)")
     ap.add_argument("--write", action="store_true", help=f"write {display_path(SHIPPED)}")
+    ap.add_argument("--table", type=Path, help="also write the per-level errors (with host_ratio) as CSV here")
     args = ap.parse_args()
     if not args.root.is_dir():
         ap.error(f"{args.root} is not a folder of measured runs")
     paths = held_out_levels(args.root, args.device, args.fit)
     if not paths:
         ap.error(f"no held-out Poisson level at TP=1 under {args.root}")
-    levels = []
+    levels, ratios = [], {}
     for k, path in enumerate(paths, 1):
-        levels.append(compare_run(path, args.device))
+        level = compare_run(path, args.device)
+        levels.append(level)
+        ratios[level.run_dir] = decode_host_ratio(replay_deployment(read_meta(path), args.device), level.predicted)
         print(f"\r{k}/{len(paths)} levels replayed", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     kinds = {str(lv.predicted.get("cost_model")) for lv in levels}
     if len(kinds) != 1:
         raise SystemExit(f"the levels were priced by more than one cost model ({sorted(kinds)}); one band needs one")
-    bands = summarise(error_table(levels))
+    table = error_table(levels)
+    table["host_ratio"] = table["run"].map(ratios)
+    if args.table:
+        atomic_write_text(args.table, table.to_csv(index=False))
+    bands = summarise(table)
     show(bands)
     if args.write:
         write(args, paths, bands, sentinels(levels), kinds.pop())
 
 
 def show(bands: dict) -> None:
-    """Print the bands, one line per band and metric."""
-    for band, metrics in bands.items():
-        for key, v in metrics.items():
-            cover = "-" if v["loo_coverage"] is None else f"{100 * v['loo_coverage']:.0f} %"
-            print(f"{band:6s} {key:12s} {v['levels']:4d} levels over {v['configurations']:2d} configurations: "
-                  f"10/50/90 % {100 * v['q10']:+6.1f} {100 * v['q50']:+6.1f} {100 * v['q90']:+6.1f} %, "
-                  f"left-out coverage {cover}")
+    """Print the bands as a markdown table: one row per load band, pace and metric."""
+    print("| load | pace | metric | levels | configurations | 10 % | 50 % | 90 % | left-out coverage |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for band, paces in bands.items():
+        for pace, metrics in paces.items():
+            for key, v in metrics.items():
+                cover = "-" if v["loo_coverage"] is None else f"{100 * v['loo_coverage']:.0f} %"
+                print(f"| {band} | {pace} | {key.replace('_ms', '')} | {v['levels']} | {v['configurations']} | "
+                      f"{100 * v['q10']:+.1f} % | {100 * v['q50']:+.1f} % | {100 * v['q90']:+.1f} % | {cover} |")
 
 
 def write(args: argparse.Namespace, paths: list[Path], bands: dict, kept: dict, cost_model: str) -> None:

@@ -57,6 +57,7 @@ def _simulated(settings: Settings, slo, replications: int, fallback: dict | None
     from latsim.catalog.quant_resolve import dtype_report
     from latsim.plan.prediction import predict_settings
     from latsim.report.output import write_outputs
+    from latsim.validate.error_band import for_prediction
 
     result = predict_settings(settings, slo=slo, replications=replications)
     deployment, summary = result.deployment, result.summary
@@ -68,6 +69,7 @@ def _simulated(settings: Settings, slo, replications: int, fallback: dict | None
         summary["surrogate"] = fallback
     summary.update(dtype_report(deployment))
     summary["host_speed"] = deployment.engine.host_speed
+    summary["validated_error"] = for_prediction(deployment, summary)
     if host_report:
         summary["host"] = _host_report(deployment, settings)
     written = write_outputs(out_dir, result.records, summary, {"memory": result.memory, "inputs": result.inputs}) \

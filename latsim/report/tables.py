@@ -64,9 +64,30 @@ def system_table(summary: dict, title: str) -> Table:
                          f"{_pct(at['ttft_p50_change'])} / {_pct(at['tpot_p50_change'])}"))
     if summary.get("slo"):
         rows.append(("p_meet (P99 within every target)", _num(summary["slo"].get("p_meet"))))
+    rows.extend(_validated_rows(summary.get("validated_error")))
     for what, value in rows:
         table.add_row(what, value)
     return table
+
+
+def _validated_rows(validated: dict | None) -> list[tuple[str, str]]:
+    """The rows saying how far from the live engine such a prediction was (the held-out levels'
+    10-90 % band of signed errors, :mod:`latsim.validate.error_band`), or why nothing says."""
+    if not validated:
+        return []
+    if not validated["available"]:
+        return [("error against the live engine", f"not measured: {validated['why']}")]
+    metrics = validated["metrics"]
+
+    def band(key: str) -> str:
+        cell = metrics[key]
+        return f"{100 * cell['q10']:+.0f}..{100 * cell['q90']:+.0f}%"
+
+    where = (f"{validated['band']} load, {validated['pace']}-paced decode; "
+             f"{metrics['ttft_ms p50']['levels']} levels")
+    return [(f"live error, 80% of held-out levels ({where})",
+             f"TTFT p50 {band('ttft_ms p50')}, TPOT p50 {band('tpot_ms p50')}"),
+            ("live error, the same at p99", f"TTFT {band('ttft_ms p99')}, TPOT {band('tpot_ms p99')}")]
 
 
 def _num(x: float | None) -> str:

@@ -8,6 +8,9 @@ reference host's:
   the prediction), every priced step split into its GPU and host seconds
   (:meth:`~latsim.costmodel.host.HostOverlapCostModel.parts`), and the splits summed by
   :func:`share_from_parts`.
+* :func:`decode_host_ratio`: at the prediction's operating point, how the host seconds of a
+  decode step compare with its GPU seconds (at once, from the prediction's summary: above 1 the
+  CPU paces decoding, as for a 1B model on an H200).
 * :func:`host_speed_sensitivity`: TTFT and TPOT P50 re-simulated at other host speeds
   (:attr:`~latsim.deployment.EngineConfig.host_speed`; ``latsim predict --host-report`` asks
   for the range the live runs' hosts spanned), as absolute values and relative to the
@@ -137,6 +140,24 @@ def _cost_model(deployment: Any) -> HostOverlapCostModel:
     if not isinstance(cm, HostOverlapCostModel):
         raise TypeError(f"expected the host-overlap cost model, got {type(cm).__name__}")
     return cm
+
+
+def decode_host_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
+    """Host seconds over GPU seconds of the typical decode step of a prediction (``summary``:
+    :func:`latsim.metrics.summary.summarize`'s, with ``throughput_rps``, the mean E2E and the
+    token rates): the batch is the requests in flight per replica (Little's law: throughput x mean
+    E2E, at most ``max_num_seqs``), each at its prompt plus half its output of context.  ``None``
+    when the run completed nothing."""
+    rate = summary.get("throughput_rps") or 0.0
+    e2e_ms = (summary.get("e2e_ms") or {}).get("mean")
+    if rate <= 0.0 or e2e_ms is None or not math.isfinite(e2e_ms):
+        return None
+    engine = resolve_engine(deployment)
+    in_flight = rate * e2e_ms / 1e3 / max(1, deployment.replicas)
+    seqs = max(1, min(round(in_flight), engine.max_num_seqs or 1))
+    context = summary["input_tokens_per_s"] / rate + summary["output_tokens_per_s"] / rate / 2
+    gpu, host = _cost_model(deployment).parts(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * context)))
+    return host / gpu if gpu > 0.0 else None
 
 
 def host_share(deployment: Any, trace: Any, *, seed: int = 0) -> HostShare:

@@ -6,17 +6,21 @@ every held-out live level under ``data/validation`` replayed by the simulator (`
 validate``) gives one signed error per metric, ``(predicted - measured) / measured``.
 
 :func:`summarise` puts those errors into load bands (:data:`BANDS`: the level's offered rate as
-a fraction of the run's measured capacity) and gives, per band and metric (:data:`METRICS`),
-their count and 10th / 50th / 90th percentiles: "80 % of the held-out levels at this load were
-within ``q10`` .. ``q90``".  What that band claims for a deployment nobody measured is checked
-by leaving each configuration (a model and workload shape, over all its engine starts) out in
-turn (:func:`loo_coverage`): the share of its levels that fall inside the band the other
-configurations give.  Near 0.8 the band is an honest 80 % statement; below, the classes differ
-more than the pooled band admits (and the coverage says by how much).
+a fraction of the run's measured capacity) and decode paces (:data:`PACES`: the replay's
+:func:`~latsim.sim.host_report.decode_host_ratio`, the host seconds of a typical decode step over
+its GPU seconds; a 70B model's is about 0.13, an 8B's 0.55, a 1B's 1.4-2.2 on the H200, where
+the CPU paces decoding and the engine's speed follows the VM's CPU from one start to the next),
+and gives, per cell and metric (:data:`METRICS`), their count and 10th / 50th / 90th
+percentiles: "80 % of the held-out levels at this load and pace were within ``q10`` ..
+``q90``".  What that band claims for a deployment nobody measured is checked by leaving each
+configuration (a model and workload shape, over all its engine starts) out in turn
+(:func:`loo_coverage`): the share of its levels that fall inside the band the other
+configurations give.  Near 0.8 the band is an honest 80 % statement; below, the configurations
+differ more than the pooled band admits (and the coverage says by how much).
 
 :func:`applies` says whether a deployment is one the band describes (the measured engine, GPU
-and cost model, one engine at TP=1, a load inside the measured range); ``latsim predict``
-prints the band's TTFT and TPOT P50 beside its answer, or why there is none.
+and cost model, one engine at TP=1, a load and a pace inside the measured ones); ``latsim
+predict`` prints the band's TTFT and TPOT P50 beside its answer, or why there is none.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ BANDS: tuple[tuple[str, float, float], ...] = (("light", 0.0, 0.5), ("heavy", 0.
 """(name, low, high]: the load bands, as offered rate over capacity.  Levels are measured at 0.1-0.9
 of the measured capacity; a prediction's saturation (over its own estimated capacity) up to 0.95
 is read as the heavy band."""
+PACES: tuple[tuple[str, float, float], ...] = (("gpu", 0.0, 0.25), ("mixed", 0.25, 1.0), ("host", 1.0, np.inf))
+"""(name, low, high]: the decode paces, as a decode step's host seconds over its GPU seconds: the GPU
+sets the pace with the host under a quarter of it, the CPU from where the two are equal."""
 METRICS: tuple[tuple[str, str], ...] = tuple((m, s) for m in ("ttft_ms", "tpot_ms", "e2e_ms") for s in ("p50", "p99"))
 QUANTILES = (0.1, 0.5, 0.9)
 NOMINAL = QUANTILES[2] - QUANTILES[0]
@@ -51,9 +58,10 @@ def load_fraction(level: str) -> float | None:
         return None
 
 
-def band_of(fraction: float) -> str | None:
-    """The name of the band holding ``fraction`` (:data:`BANDS`), ``None`` outside every band."""
-    for name, low, high in BANDS:
+def band_of(fraction: float, bands: tuple[tuple[str, float, float], ...] = BANDS) -> str | None:
+    """The name of the band holding ``fraction`` (:data:`BANDS`, or :data:`PACES`), ``None``
+    outside every band."""
+    for name, low, high in bands:
         if low < fraction <= high:
             return name
     return None
@@ -66,65 +74,83 @@ def configuration(run: str) -> str:
 
 
 def banded(errors: pd.DataFrame) -> pd.DataFrame:
-    """``errors`` (columns ``run``, ``level``, ``metric``, ``stat``, ``error``) reduced to the rows of
-    :data:`METRICS` on levels inside a band, with ``band`` and ``config`` columns added."""
+    """``errors`` (columns ``run``, ``level``, ``metric``, ``stat``, ``error``, ``host_ratio``)
+    reduced to the rows of :data:`METRICS` on levels inside a load band and a pace, with ``band``,
+    ``pace`` and ``config`` columns added."""
     keep = pd.Series([(m, s) in METRICS for m, s in zip(errors["metric"], errors["stat"], strict=True)],
                      index=errors.index)
     e = errors[keep & errors["error"].notna()].copy()
     fractions = e["level"].map(load_fraction)
     e["band"] = [band_of(f) if f is not None else None for f in fractions]
-    e = e[e["band"].notna()]
+    e["pace"] = [band_of(r, PACES) if r is not None and np.isfinite(r) else None for r in e["host_ratio"]]
+    e = e[e["band"].notna() & e["pace"].notna()]
     e["config"] = e["run"].map(configuration)
     return e
 
 
-def loo_coverage(errors: pd.Series, groups: pd.Series) -> float | None:
-    """Share of ``errors`` inside the ``q10`` .. ``q90`` band (:data:`QUANTILES`) of the errors of the
-    other groups, each group left out in turn; ``None`` with fewer than two groups."""
-    if groups.nunique() < 2:
-        return None
-    inside = 0
+def loo_inside(errors: pd.Series, groups: pd.Series) -> pd.Series:
+    """Per error: whether it lies inside the ``q10`` .. ``q90`` band (:data:`QUANTILES`) of the
+    errors of the other groups (its own group left out); ``errors`` and ``groups`` share an index."""
+    inside = pd.Series(False, index=errors.index)
     for group in groups.unique():
         mine = groups == group
         low, high = np.quantile(errors[~mine], [QUANTILES[0], QUANTILES[2]])
-        inside += int(((errors[mine] >= low) & (errors[mine] <= high)).sum())
-    return inside / len(errors)
+        inside[mine] = (errors[mine] >= low) & (errors[mine] <= high)
+    return inside
 
 
-def summarise(errors: pd.DataFrame) -> dict[str, dict[str, dict[str, float | None]]]:
-    """``{band: {"ttft_ms p50": {levels, configurations, q10, q50, q90, loo_coverage}}}`` of the
-    signed errors (:func:`banded`); bands without levels are left out."""
+def loo_coverage(errors: pd.Series, groups: pd.Series) -> float | None:
+    """Share of ``errors`` inside the band of the other groups (:func:`loo_inside`), each group
+    left out in turn; ``None`` with fewer than two groups."""
+    if groups.nunique() < 2:
+        return None
+    return float(loo_inside(errors, groups).mean())
+
+
+Cell = dict[str, dict[str, float | None]]
+"""``{"ttft_ms p50": {levels, configurations, q10, q50, q90, loo_coverage}, ...}``"""
+
+
+def summarise(errors: pd.DataFrame) -> dict[str, dict[str, Cell]]:
+    """``{band: {pace: cell}}`` of the signed errors (:func:`banded`); cells without levels are
+    left out."""
     e = banded(errors)
-    out: dict[str, dict[str, dict[str, float | None]]] = {}
-    for name, _, _ in BANDS:
-        in_band = e[e["band"] == name]
-        if in_band.empty:
+    out: dict[str, dict[str, Cell]] = {}
+    for band, _, _ in BANDS:
+        for pace, _, _ in PACES:
+            rows = e[(e["band"] == band) & (e["pace"] == pace)]
+            if not rows.empty:
+                out.setdefault(band, {})[pace] = cell(rows)
+    return out
+
+
+def cell(rows: pd.DataFrame) -> Cell:
+    """The count, configurations, quantiles and left-out coverage of each metric in ``rows``."""
+    out: Cell = {}
+    for metric, stat in METRICS:
+        these = rows[(rows["metric"] == metric) & (rows["stat"] == stat)]
+        if these.empty:
             continue
-        out[name] = {}
-        for metric, stat in METRICS:
-            rows = in_band[(in_band["metric"] == metric) & (in_band["stat"] == stat)]
-            if rows.empty:
-                continue
-            q10, q50, q90 = np.quantile(rows["error"], QUANTILES)
-            out[name][f"{metric} {stat}"] = {
-                "levels": len(rows), "configurations": int(rows["config"].nunique()),
-                "q10": float(q10), "q50": float(q50), "q90": float(q90),
-                "loo_coverage": loo_coverage(rows["error"].reset_index(drop=True),
-                                             rows["config"].reset_index(drop=True))}
+        q10, q50, q90 = np.quantile(these["error"], QUANTILES)
+        out[f"{metric} {stat}"] = {
+            "levels": len(these), "configurations": int(these["config"].nunique()),
+            "q10": float(q10), "q50": float(q50), "q90": float(q90),
+            "loo_coverage": loo_coverage(these["error"].reset_index(drop=True),
+                                         these["config"].reset_index(drop=True))}
     return out
 
 
 @dataclass(frozen=True)
 class ErrorBand:
     """The shipped summary (:data:`SHIPPED`): what was measured (``engine``, ``device``,
-    ``cost_model``, ``tp``, ``host_speed``), the bands (:func:`summarise`), and the provenance."""
+    ``cost_model``, ``tp``, ``host_speed``) and the bands (:func:`summarise`)."""
 
     engine: str
     device: str
     cost_model: str
     tp: int
     host_speed: float
-    bands: dict[str, dict[str, dict[str, float]]]
+    bands: dict[str, dict[str, Cell]]
     levels: int
 
     @classmethod
@@ -135,10 +161,11 @@ class ErrorBand:
 
 
 def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: int, replicas: int,
-            saturation: float | None, default_scheduling: bool) -> tuple[str | None, str]:
-    """(band name, "") when ``band`` describes this deployment, else (``None``, why not): the
-    measured engine family, GPU and cost model, one engine at the measured TP, vLLM's default
-    scheduling (asynchronous, chunked prefill) and a load inside a band."""
+            saturation: float | None, default_scheduling: bool,
+            host_ratio: float | None) -> tuple[tuple[str, str] | None, str]:
+    """((load band, pace), "") when ``band`` describes this deployment, else (``None``, why not):
+    the measured engine family, GPU and cost model, one engine at the measured TP, vLLM's default
+    scheduling (asynchronous, chunked prefill), a load inside a band and a pace with levels."""
     family = band.engine.split("-")[0]
     checks = (
         (engine == family, f"measured live on {family} only"),
@@ -155,14 +182,34 @@ def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: i
     name = band_of(saturation)
     if name is None or name not in band.bands:
         return None, f"load {saturation:.2f} of capacity is outside the measured {BANDS[0][1]:g}-0.9"
-    return name, ""
+    pace = band_of(host_ratio, PACES) if host_ratio is not None and np.isfinite(host_ratio) else None
+    if pace is None or pace not in band.bands[name]:
+        return None, "no measured level decodes at this deployment's host/GPU pace"
+    return (name, pace), ""
 
 
 def validated_error(band: ErrorBand, **deployment: Any) -> dict[str, Any]:
     """The summary block ``latsim predict`` reports: the band's spread for this deployment's load,
     or ``{"available": False, "why": ...}`` (:func:`applies`)."""
-    name, why = applies(band, **deployment)
-    if name is None:
+    where, why = applies(band, **deployment)
+    if where is None:
         return {"available": False, "why": why}
-    return {"available": True, "band": name, "engine": band.engine, "device": band.device,
-            "host_speed": band.host_speed, "nominal_coverage": NOMINAL, "metrics": band.bands[name]}
+    name, pace = where
+    return {"available": True, "band": name, "pace": pace, "host_ratio": deployment["host_ratio"],
+            "engine": band.engine, "device": band.device, "host_speed": band.host_speed,
+            "nominal_coverage": NOMINAL, "metrics": band.bands[name][pace]}
+
+
+def for_prediction(deployment: Any, summary: dict[str, Any], band: ErrorBand | None = None) -> dict[str, Any]:
+    """:func:`validated_error` of a prediction: its deployment (engine, GPU, TP, replicas,
+    scheduling) and its summary (cost model, saturation, the decode pace of
+    :func:`~latsim.sim.host_report.decode_host_ratio`), against the shipped band by default."""
+    from latsim.sim.host_report import decode_host_ratio
+
+    engine = deployment.engine
+    default_scheduling = engine.async_scheduling and engine.enable_chunked_prefill and engine.static_batch_size is None
+    return validated_error(band or ErrorBand.read(), engine=engine.engine, device=deployment.device.name,
+                           cost_model=str(summary.get("cost_model")), tp=deployment.tp,
+                           replicas=deployment.replicas, saturation=summary.get("saturation"),
+                           default_scheduling=default_scheduling,
+                           host_ratio=decode_host_ratio(deployment, summary))

@@ -9,7 +9,7 @@ from latsim import Deployment, load_device, load_model, simulate, synthesize
 from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.factory import build_cost_model
 from latsim.costmodel.host import HostOverlapCostModel
-from latsim.sim.host_report import host_share, host_speed_sensitivity, share_from_parts
+from latsim.sim.host_report import decode_host_ratio, host_share, host_speed_sensitivity, share_from_parts
 
 
 def trace(qps: float, n: int = 80):
@@ -108,3 +108,26 @@ def test_the_share_run_prices_steps_as_the_prediction_does_power_cap_included() 
     tally = simulate(dep, work, seed=0, cost_model=_Tally(cost), fast_forward=False).records
     plain = simulate(dep, work, seed=0, fast_forward=False).records
     np.testing.assert_array_equal(tally["first_token_s"].to_numpy(), plain["first_token_s"].to_numpy())
+
+
+def test_decode_host_ratio_is_above_one_where_the_cpu_paces_decoding() -> None:
+    small, large = deployment("llama-3.2-1b"), deployment("qwen2.5-32b")
+    ratios = {}
+    for name, d in (("1b", small), ("32b", large)):
+        summary = simulate(d, trace(4.0)).summary
+        ratios[name] = decode_host_ratio(d, summary)
+    assert ratios["1b"] is not None and ratios["1b"] > 1.0
+    assert ratios["32b"] is not None and ratios["32b"] < 0.25
+
+
+def test_decode_host_ratio_of_a_run_that_completed_nothing_is_none() -> None:
+    d = deployment("llama-3.1-8b")
+    assert decode_host_ratio(d, {"throughput_rps": 0.0, "e2e_ms": {"mean": float("nan")}}) is None
+
+
+def test_decode_host_ratio_grows_with_the_batch_in_flight() -> None:
+    d = deployment("llama-3.1-8b")
+    base = {"input_tokens_per_s": 400.0, "output_tokens_per_s": 64.0, "throughput_rps": 1.0}
+    one = decode_host_ratio(d, {**base, "e2e_ms": {"mean": 1000.0}})  # one request in flight
+    many = decode_host_ratio(d, {**base, "e2e_ms": {"mean": 1000.0 * 200}})  # 200 in flight
+    assert one is not None and many is not None and one != many

@@ -1,0 +1,132 @@
+"""latsim.validate.error_band: the held-out error band, its left-out coverage, and when it applies."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from latsim.validate import error_band as eb
+
+
+def _errors(groups: dict[str, list[float]], level: str = "f0.25", metric: str = "ttft_ms", stat: str = "p50",
+            host_ratio: float = 0.5) -> pd.DataFrame:
+    rows = [{"run": f"root/start/{g}/{level}-{k}", "level": level, "metric": metric, "stat": stat, "error": e,
+             "host_ratio": host_ratio} for g, errs in groups.items() for k, e in enumerate(errs)]
+    return pd.DataFrame(rows)
+
+
+def _exchangeable(rng: np.random.Generator, groups: int, per_group: int) -> tuple[pd.Series, pd.Series]:
+    """Errors of ``groups`` configurations, each with its own offset (sd 0.05) and level noise (sd 0.05)."""
+    offsets = rng.normal(0.0, 0.05, groups)
+    errors = np.concatenate([rng.normal(o, 0.05, per_group) for o in offsets])
+    names = np.repeat([f"c{g}" for g in range(groups)], per_group)
+    return pd.Series(errors), pd.Series(names)
+
+
+def test_left_out_coverage_of_exchangeable_configurations_is_near_the_nominal_80_percent() -> None:
+    """A simulation study: configurations drawn alike, the band of the others holds about 80 %."""
+    rng = np.random.default_rng(7)
+    covers = [eb.loo_coverage(*_exchangeable(rng, groups=25, per_group=6)) for _ in range(40)]
+    assert 0.74 <= float(np.mean(covers)) <= 0.84
+    assert pytest.approx(0.8) == eb.NOMINAL
+
+
+def test_a_configuration_unlike_the_others_falls_outside_their_band() -> None:
+    rng = np.random.default_rng(3)
+    errors, names = _exchangeable(rng, groups=20, per_group=5)
+    errors = pd.concat([errors, pd.Series([0.9] * 5)], ignore_index=True)
+    names = pd.concat([names, pd.Series(["far"] * 5)], ignore_index=True)
+    inside = eb.loo_inside(errors, names)
+    assert not inside[names == "far"].any()
+    assert 0.6 <= inside[names != "far"].mean() <= 0.95
+    assert eb.loo_coverage(errors, names) == pytest.approx(inside.mean())
+    assert eb.loo_coverage(pd.Series([0.1, 0.2]), pd.Series(["one", "one"])) is None
+
+
+def test_summarise_bands_levels_by_load_and_pace_and_takes_quantiles_per_metric() -> None:
+    light = _errors({"a-mix": [0.0, 0.1, 0.2, 0.3, 0.4], "b-mix": [0.5, 0.6, 0.7, 0.8, 0.9]})
+    heavy = _errors({"a-mix": [-0.2, -0.1]}, level="f0.90")
+    host_paced = _errors({"c-mix": [0.7]}, host_ratio=1.8)
+    burst = _errors({"a-mix": [5.0]}, level="burst")
+    other = _errors({"a-mix": [5.0]}, stat="mean")
+    no_ratio = _errors({"a-mix": [5.0]}, host_ratio=float("nan"))
+    bands = eb.summarise(pd.concat([light, heavy, host_paced, burst, other, no_ratio], ignore_index=True))
+    assert {b: set(p) for b, p in bands.items()} == {"light": {"mixed", "host"}, "heavy": {"mixed"}}
+    cell = bands["light"]["mixed"]["ttft_ms p50"]
+    assert (cell["levels"], cell["configurations"]) == (10, 2)
+    assert cell["q50"] == pytest.approx(0.45) and cell["q10"] == pytest.approx(0.09)
+    assert cell["loo_coverage"] == 0.0  # each half lies outside the other's band
+    assert bands["heavy"]["mixed"]["ttft_ms p50"]["levels"] == 2
+    assert bands["heavy"]["mixed"]["ttft_ms p50"]["loo_coverage"] is None
+    assert bands["light"]["host"]["ttft_ms p50"]["q50"] == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize(("fraction", "band"), [(0.1, "light"), (0.5, "light"), (0.75, "heavy"), (0.9, "heavy"),
+                                                (0.95, "heavy"), (0.96, None), (0.0, None)])
+def test_load_bands(fraction: float, band: str | None) -> None:
+    assert eb.band_of(fraction) == band
+
+
+@pytest.mark.parametrize(("ratio", "pace"), [(0.1, "gpu"), (0.25, "gpu"), (0.55, "mixed"), (1.0, "mixed"),
+                                             (1.7, "host"), (0.0, None)])
+def test_decode_paces(ratio: float, pace: str | None) -> None:
+    assert eb.band_of(ratio, eb.PACES) == pace
+
+
+def _band() -> eb.ErrorBand:
+    cell = {"levels": 10, "configurations": 3, "q10": -0.1, "q50": 0.0, "q90": 0.2, "loo_coverage": 0.75}
+    return eb.ErrorBand(engine="vllm-0.25.1", device="h200", cost_model="calibrated", tp=1, host_speed=1.0,
+                        bands={"light": {"mixed": {"ttft_ms p50": cell}},
+                               "heavy": {"mixed": {"ttft_ms p50": cell}, "gpu": {"ttft_ms p50": cell}}},
+                        levels=20)
+
+
+MEASURED = {"engine": "vllm", "device": "h200", "cost_model": "calibrated", "tp": 1, "replicas": 1,
+            "saturation": 0.4, "default_scheduling": True, "host_ratio": 0.5}
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"engine": "sglang"}, "on vllm only"), ({"device": "h100"}, "on h200 only"),
+    ({"cost_model": "roofline"}, "calibrated cost model only"), ({"tp": 2}, "TP=1 only"),
+    ({"replicas": 2}, "one engine"), ({"default_scheduling": False}, "default scheduling"),
+    ({"saturation": 1.3}, "outside the measured"), ({"saturation": None}, "no load estimate"),
+    ({"host_ratio": 0.1}, "host/GPU pace"), ({"host_ratio": None}, "host/GPU pace"),
+])
+def test_the_band_applies_only_to_what_was_measured(change: dict, why: str) -> None:
+    out = eb.validated_error(_band(), **{**MEASURED, **change})
+    assert out["available"] is False and why in out["why"]
+
+
+def test_a_measured_deployment_gets_its_load_band() -> None:
+    out = eb.validated_error(_band(), **{**MEASURED, "saturation": 0.8, "host_ratio": 0.2})
+    assert out["available"] and (out["band"], out["pace"]) == ("heavy", "gpu")
+    assert out["metrics"]["ttft_ms p50"]["q90"] == 0.2 and out["host_ratio"] == 0.2
+
+
+def test_the_shipped_band_reads_and_describes_the_calibrated_h200() -> None:
+    band = eb.ErrorBand.read()
+    assert (band.device, band.cost_model, band.tp) == ("h200", "calibrated", 1)
+    for name in ("light", "heavy"):
+        for pace in ("gpu", "mixed", "host"):
+            cell = band.bands[name][pace]["tpot_ms p50"]
+            assert cell["levels"] >= 10 and cell["q10"] < cell["q50"] < cell["q90"]
+            assert cell["loo_coverage"] is None or 0.0 <= cell["loo_coverage"] <= 1.0
+
+
+def test_the_shipped_band_is_of_the_current_model() -> None:
+    """The file keeps a few levels' predictions; a model change since it was written shows here
+    (then run ``python scripts/error_band.py --write`` again)."""
+    from latsim.validate.compare import compare_run
+
+    doc = json.loads(eb.SHIPPED.read_text())
+    assert doc["sentinels"]
+    for level, kept in doc["sentinels"].items():
+        predicted = compare_run(level, doc["device"]).predicted
+        for key, value in kept.items():
+            metric, stat = key.split()
+            assert predicted[metric][stat] == pytest.approx(value, rel=1e-5), (
+                f"{level} {key}: the model changed since error_band.json was written; "
+                "run python scripts/error_band.py --write")
