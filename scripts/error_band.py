@@ -6,9 +6,10 @@ Replays every Poisson level under ROOT (default ``data/validation``) measured at
 levels the fits saw (``--fit``, a regular expression searched in the level's path) and the
 client-bound ones, at the default host speed (``latsim validate``'s replay,
 :func:`latsim.validate.compare.compare_run`), and prints, per load band, decode pace (the
-replay's :func:`latsim.sim.host_report.decode_host_ratio`) and metric, the count, the 10th /
-50th / 90th percentiles of the signed error and the leave-one-configuration-out coverage of the
-10-90 band (:mod:`latsim.validate.error_band`), as a markdown table.  ``--write`` puts them into
+replay's :func:`latsim.sim.host_report.decode_host_ratio`) and metric, the count, the median
+signed error and the band meant to hold 80 % of a new configuration's errors, with the quantile
+it was cut at and the share of a left-out configuration's levels inside it
+(:mod:`latsim.validate.error_band`), as a markdown table.  ``--write`` puts them into
 ``latsim/data/engines/vllm/error_band.json`` with their provenance (the levels' digest, the
 command, the commit) and the predictions of a few levels (``sentinels``), by which a test tells
 when the model has changed since (then run this again); ``--table CSV`` keeps the per-level
@@ -100,14 +101,15 @@ def main() -> None:
 
 def show(bands: dict) -> None:
     """Print the bands as a markdown table: one row per load band, pace and metric."""
-    print("| load | pace | metric | levels | configurations | 10 % | 50 % | 90 % | left-out coverage |")
+    print("| load | pace | metric | levels | configurations | median | band | tail | left-out coverage |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for band, paces in bands.items():
         for pace, metrics in paces.items():
             for key, v in metrics.items():
-                cover = "-" if v["loo_coverage"] is None else f"{100 * v['loo_coverage']:.0f} %"
+                cover = "-" if v["coverage"] is None else f"{100 * v['coverage']:.0f} %"
                 print(f"| {band} | {pace} | {key.replace('_ms', '')} | {v['levels']} | {v['configurations']} | "
-                      f"{100 * v['q10']:+.1f} % | {100 * v['q50']:+.1f} % | {100 * v['q90']:+.1f} % | {cover} |")
+                      f"{100 * v['median']:+.1f} % | {100 * v['low']:+.1f} .. {100 * v['high']:+.1f} % | "
+                      f"{v['tail']:.2f} | {cover} |")
 
 
 def write(args: argparse.Namespace, paths: list[Path], bands: dict, kept: dict, cost_model: str) -> None:
