@@ -29,13 +29,11 @@ from latsim.measure.records import read_meta
 from latsim.provenance import combined_digest, display_path, record, significant
 from latsim.sim.host_report import decode_host_ratio
 from latsim.validate.compare import client_bound, compare_run, error_table, find_runs, replay_deployment
-from latsim.validate.error_band import SHIPPED, configuration, load_fraction, summarise
+from latsim.validate.error_band import SHIPPED, banded, load_fraction, summarise
 
 FIT = r"h200-probed-b/llama-3\.1-8b-|h200/qwen3-30b-a3b-fixed"
 """The levels the shipped fits saw (``scripts/fit_engine_host.py``'s training runs)."""
 ENGINE = "vllm-0.25.1"
-SENTINELS = 3
-"""Levels whose predictions the file keeps: the first level of each of this many configurations."""
 
 
 def held_out_levels(root: Path, device: str, fit: str) -> list[Path]:
@@ -52,18 +50,15 @@ def held_out_levels(root: Path, device: str, fit: str) -> list[Path]:
     return keep
 
 
-def sentinels(levels: list, count: int = SENTINELS) -> dict[str, dict[str, float]]:
-    """``{level path: {"ttft_ms p50": predicted, ...}}`` for the first level of ``count`` configurations."""
-    out: dict[str, dict[str, float]] = {}
-    seen: set[str] = set()
-    for lv in levels:
-        name = configuration(lv.run_dir)
-        if name in seen or len(out) == count:
-            continue
-        seen.add(name)
-        out[display_path(lv.run_dir)] = {f"{m} {s}": float(lv.predicted[m][s])
-                                         for m in ("ttft_ms", "tpot_ms") for s in ("p50", "p99")}
-    return out
+def sentinels(levels: list, table) -> dict[str, dict[str, float]]:
+    """``{level path: {"ttft_ms p50": predicted, ...}}`` for the first level of each load band and
+    decode pace (:func:`latsim.validate.error_band.banded` of ``table``), so that a change to the
+    model in any of them shows."""
+    cells = banded(table).drop_duplicates(["band", "pace"])
+    by_run = {lv.run_dir: lv for lv in levels}
+    return {display_path(run): {f"{m} {s}": float(by_run[run].predicted[m][s])
+                                for m in ("ttft_ms", "tpot_ms") for s in ("p50", "p99")}
+            for run in cells["run"]}
 
 
 def main() -> None:
@@ -96,7 +91,7 @@ def main() -> None:
     bands = summarise(table)
     show(bands)
     if args.write:
-        write(args, paths, bands, sentinels(levels), kinds.pop())
+        write(args, paths, bands, sentinels(levels, table), kinds.pop())
 
 
 def show(bands: dict) -> None:

@@ -161,3 +161,21 @@ def test_host_report_says_how_host_bound_a_prediction_is(monkeypatch, capsys):
     assert (slow["host_speed"], fast["host_speed"]) == typical_host_speeds()  # the live runs' hosts' range
     assert slow["host_speed"] < 1.0 < fast["host_speed"]
     assert slow["tpot_p50_change"] > 0.1 > 0.0 > -0.1 > fast["tpot_p50_change"]
+
+
+def test_predict_says_how_far_the_live_engine_was_from_such_answers(monkeypatch, capsys):
+    """On the calibrated H200 the answer carries the held-out live levels' error band for its
+    load and decode pace; elsewhere it says why there is none."""
+    argv = ["predict", "--model", "qwen2.5-32b", "--device", "h200", "--qps", "1", "--num-requests", "60",
+            "--input-len", "512", "--output-len", "64"]
+    code, out, _ = run([*argv, "--json"], monkeypatch, capsys)
+    validated = json.loads(out)["validated_error"]
+    assert code == 0 and validated["available"] and (validated["band"], validated["pace"]) == ("light", "gpu")
+    cell = validated["metrics"]["tpot_ms p50"]
+    assert cell["low"] < cell["median"] < cell["high"] and cell["levels"] >= 10
+    code, table, _ = run(argv, monkeypatch, capsys)
+    assert code == 0 and "live engine vs this answer (light load, gpu-paced decode" in table
+    code, out, _ = run([*argv, "--tp", "2", "--json"], monkeypatch, capsys)
+    assert json.loads(out)["validated_error"] == {"available": False, "why": "measured live on one engine at TP=1 only"}
+    code, table, _ = run([*argv[:3], "--device", "h100", *argv[5:]], monkeypatch, capsys)
+    assert code == 0 and "not measured: measured live on h200 only" in table
