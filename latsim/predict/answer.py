@@ -24,8 +24,11 @@ SUMMARY_KEYS = ("num_requests", "num_completed", "num_rejected", "num_unfinished
                 "throughput_rps", "input_tokens_per_s", "output_tokens_per_s", "kv_capacity_tokens", "kv_blocks",
                 "kv_peak_utilization", "max_model_len", "cost_model", "engine_steps", "offered_rps", "stable",
                 "horizon_s", "replications", "saturation", "capacity_rps", "stability", "intervals", "inputs",
-                "weight_dtype", "weight_dtype_source", "kv_dtype", "kv_dtype_source", "host_speed")
+                "weight_dtype", "weight_dtype_source", "kv_dtype", "kv_dtype_source", "host_speed",
+                "validated_error")
 """The top-level keys of the simulator's summary (``latsim predict --json``)."""
+SURROGATE_LIVE_ERROR = ("a surrogate answer: its own error is surrogate.held_out_median_error (against the "
+                        "simulator); the simulator's answer carries the live band")
 
 TRAINED_ENGINE = {"engine": "vllm", "block_size": 16, "gpu_memory_utilization": 0.92, "enable_chunked_prefill": True,
                   "enable_prefix_caching": True, "async_scheduling": True, "num_gpu_blocks": None,
@@ -91,7 +94,8 @@ def answer(settings: Settings, trace: RequestTrace, surrogate: Any) -> tuple[dic
     summary.update({"num_requests": len(trace), "ttft_ms": _block(pred, "ttft_ms"), "tpot_ms": _block(pred, "tpot_ms"),
                     "e2e_ms": _block(pred, "e2e_ms"), "throughput_rps": float(pred["throughput_rps"]),
                     "offered_rps": float(row["qps"].iloc[0]), "stable": bool(pred["stable"]),
-                    "cost_model": "surrogate", "host_speed": TRAINED_ENGINE["host_speed"]})
+                    "cost_model": "surrogate", "host_speed": TRAINED_ENGINE["host_speed"],
+                    "validated_error": {"available": False, "why": SURROGATE_LIVE_ERROR}})
     summary["surrogate"] = {"in_domain": True, "stable_probability": float(pred["stable_probability"]),
                             "workload": {k: float(row[k].iloc[0]) for k in ("qps", "input_median", "input_sigma",
                                                                             "output_median", "output_sigma",
