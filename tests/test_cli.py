@@ -179,3 +179,18 @@ def test_predict_says_how_far_the_live_engine_was_from_such_answers(monkeypatch,
     assert json.loads(out)["validated_error"] == {"available": False, "why": "measured live on one engine at TP=1 only"}
     code, table, _ = run([*argv[:3], "--device", "h100", *argv[5:]], monkeypatch, capsys)
     assert code == 0 and "not measured: measured live on h200 only" in table
+
+
+def test_an_slo_is_also_checked_at_the_live_bands_slow_edge(monkeypatch, capsys):
+    argv = ["predict", "--model", "qwen2.5-32b", "--device", "h200", "--qps", "1", "--num-requests", "60",
+            "--input-len", "512", "--output-len", "64", "--slo-tpot-ms", "1000", "--slo-ttft-ms", "1"]
+    code, out, _ = run([*argv, "--json"], monkeypatch, capsys)
+    answer = json.loads(out)
+    edge, cells = answer["validated_error"]["slo_at_slow_edge"], answer["validated_error"]["metrics"]
+    assert code == 0 and set(edge) == {"ttft_ms", "tpot_ms"}
+    tpot = edge["tpot_ms"]
+    assert tpot["percentile_ms"] == pytest.approx(answer["tpot_ms"]["p99"] / (1 + cells["tpot_ms p99"]["low"]))
+    assert tpot["percentile_ms"] > answer["tpot_ms"]["p99"]  # the slow edge: the live engine slower
+    assert tpot["met"] is True and edge["ttft_ms"]["met"] is False
+    code, table, _ = run(argv, monkeypatch, capsys)
+    assert code == 0 and "the SLO's percentile at the band's slow edge" in table and "(misses 1.0)" in table

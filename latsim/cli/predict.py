@@ -57,7 +57,7 @@ def _simulated(settings: Settings, slo, replications: int, fallback: dict | None
     from latsim.catalog.quant_resolve import dtype_report
     from latsim.plan.prediction import predict_settings
     from latsim.report.output import write_outputs
-    from latsim.validate.error_band import for_prediction
+    from latsim.validate.error_band import for_prediction, slow_edge
 
     result = predict_settings(settings, slo=slo, replications=replications)
     deployment, summary = result.deployment, result.summary
@@ -70,6 +70,9 @@ def _simulated(settings: Settings, slo, replications: int, fallback: dict | None
     summary.update(dtype_report(deployment))
     summary["host_speed"] = deployment.engine.host_speed
     summary["validated_error"] = for_prediction(deployment, summary)
+    edge = slow_edge(summary["validated_error"], summary)
+    if edge is not None:
+        summary["validated_error"]["slo_at_slow_edge"] = edge
     if host_report:
         summary["host"] = _host_report(deployment, settings)
     written = write_outputs(out_dir, result.records, summary, {"memory": result.memory, "inputs": result.inputs}) \

@@ -97,7 +97,18 @@ def _validated_rows(validated: dict | None) -> list[tuple[str, str]]:
              f"TTFT p50 {band('ttft_ms p50')}, TPOT p50 {band('tpot_ms p50')}"),
             ("live engine vs this answer, p99", f"TTFT {band('ttft_ms p99')}, TPOT {band('tpot_ms p99')}"),
             ("left-out configurations inside (p50; aim 80%)",
-             f"TTFT {held('ttft_ms p50')}, TPOT {held('tpot_ms p50')}")]
+             f"TTFT {held('ttft_ms p50')}, TPOT {held('tpot_ms p50')}"),
+            *_slow_edge_rows(validated.get("slo_at_slow_edge"))]
+
+
+def _slow_edge_rows(edge: dict | None) -> list[tuple[str, str]]:
+    """One row: each SLO target's percentile were the live engine at the band's slow edge."""
+    if not edge:
+        return []
+    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
+    cells = [f"{names.get(k, k)} {_ms(v['percentile_ms'])} ms ({'meets' if v['met'] else 'misses'} "
+             f"{_ms(v['target_ms'])})" for k, v in edge.items()]
+    return [("the SLO's percentile at the band's slow edge", ", ".join(cells))]
 
 
 def _num(x: float | None) -> str:

@@ -231,3 +231,23 @@ def for_prediction(deployment: Any, summary: dict[str, Any], band: ErrorBand | N
                            replicas=deployment.replicas, saturation=summary.get("saturation"),
                            default_scheduling=default_scheduling,
                            host_ratio=decode_host_ratio(deployment, summary))
+
+
+def slow_edge(validated: dict[str, Any], summary: dict[str, Any]) -> dict[str, dict[str, float | bool]] | None:
+    """Each SLO target's percentile (``summary["slo"]``, at P50 or P99) as the live engine would
+    give it at the band's slow edge: the predicted value over ``1 + low`` (``low``, the band's
+    most negative signed error: the engine slower than predicted), and whether it still meets
+    the target; ``None`` without an SLO, a band, or a band for that percentile."""
+    slo = summary.get("slo")
+    if not slo or not validated.get("available"):
+        return None
+    percentile = slo.get("percentile", "p99")
+    out: dict[str, dict[str, float | bool]] = {}
+    for metric, target in (slo.get("targets_ms") or {}).items():
+        cell = validated["metrics"].get(f"{metric} {percentile}")
+        predicted = (summary.get(metric) or {}).get(percentile)
+        if cell is None or predicted is None or not np.isfinite(predicted):
+            return None
+        live = predicted / (1.0 + cell["low"])
+        out[metric] = {"percentile_ms": live, "target_ms": target, "met": bool(live <= target)}
+    return out or None

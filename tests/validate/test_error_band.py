@@ -157,3 +157,15 @@ def test_the_shipped_band_is_of_the_current_model() -> None:
             assert predicted[metric][stat] == pytest.approx(value, rel=1e-5), (
                 f"{level} {key}: the model changed since error_band.json was written; "
                 "run python scripts/error_band.py --write")
+
+
+def test_the_slow_edge_divides_by_one_plus_the_most_negative_error() -> None:
+    validated = eb.validated_error(_band(), **MEASURED)  # ttft p50 band: -0.1 .. +0.2
+    summary = {"slo": {"percentile": "p50", "targets_ms": {"ttft_ms": 100.0}}, "ttft_ms": {"p50": 95.0}}
+    edge = eb.slow_edge(validated, summary)  # 95 ms predicted meets 100; at the slow edge, 105.6 does not
+    assert edge == {"ttft_ms": {"percentile_ms": pytest.approx(95.0 / 0.9), "target_ms": 100.0, "met": False}}
+    assert eb.slow_edge(validated, {**summary, "ttft_ms": {"p50": 80.0}})["ttft_ms"]["met"] is True
+    assert eb.slow_edge(validated, {"ttft_ms": {"p50": 85.0}}) is None  # no SLO
+    assert eb.slow_edge({"available": False, "why": "x"}, summary) is None
+    p90 = {**summary, "slo": {"percentile": "p90", "targets_ms": {"ttft_ms": 100.0}}, "ttft_ms": {"p90": 1.0}}
+    assert eb.slow_edge(validated, p90) is None  # no band at that percentile
