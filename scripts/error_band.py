@@ -9,11 +9,13 @@ client-bound ones, at the default host speed (``latsim validate``'s replay,
 replay's :func:`latsim.sim.host_report.decode_host_ratio`) and metric, the count, the median
 signed error and the band meant to hold 80 % of a new configuration's errors, with the quantile
 it was cut at and the share of a left-out configuration's levels inside it
-(:mod:`latsim.validate.error_band`), as a markdown table.  ``--write`` puts them into
-``latsim/data/engines/vllm/error_band.json`` with their provenance (the levels' digest, the
-command, the commit) and the predictions of a few levels (``sentinels``), by which a test tells
-when the model has changed since (then run this again); ``--table CSV`` keeps the per-level
-errors with each level's host ratio.  About four minutes on two cores.
+(:mod:`latsim.validate.error_band`), as a markdown table; then the same for the levels that
+kept the host probe, replayed at their measured host speed (``--host-speed probe``: the band of
+a prediction given the host's speed).  ``--write`` puts both into
+``latsim/data/engines/vllm/error_band.json`` with their provenance (the levels' digests, the
+command, the commit) and the predictions of one level per cell (``sentinels``), by which a test
+tells when the model has changed since (then run this again); ``--table CSV`` keeps the
+per-level errors with each level's host ratio.  About eight minutes on two cores.
 """
 
 from __future__ import annotations
@@ -24,11 +26,20 @@ import re
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from latsim.atomic import atomic_write_text
 from latsim.measure.records import read_meta
 from latsim.provenance import combined_digest, display_path, record, significant
 from latsim.sim.host_report import decode_host_ratio
-from latsim.validate.compare import client_bound, compare_run, error_table, find_runs, replay_deployment
+from latsim.validate.compare import (
+    client_bound,
+    compare_run,
+    error_table,
+    find_runs,
+    host_probe_ms,
+    replay_deployment,
+)
 from latsim.validate.error_band import SHIPPED, banded, load_fraction, summarise
 
 FIT = r"h200-probed-b/llama-3\.1-8b-|h200/qwen3-30b-a3b-fixed"
@@ -74,24 +85,38 @@ def main() -> None:
     paths = held_out_levels(args.root, args.device, args.fit)
     if not paths:
         ap.error(f"no held-out Poisson level at TP=1 under {args.root}")
-    levels, ratios = [], {}
-    for k, path in enumerate(paths, 1):
-        level = compare_run(path, args.device)
-        levels.append(level)
-        ratios[level.run_dir] = decode_host_ratio(replay_deployment(read_meta(path), args.device), level.predicted)
-        print(f"\r{k}/{len(paths)} levels replayed", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+    levels, table = replay(paths, args.device, 1.0)
     kinds = {str(lv.predicted.get("cost_model")) for lv in levels}
     if len(kinds) != 1:
         raise SystemExit(f"the levels were priced by more than one cost model ({sorted(kinds)}); one band needs one")
+    probed = [p for p in paths if host_probe_ms(read_meta(p)) is not None]
+    _, probed_table = replay(probed, args.device, "probe")
+    if args.table:
+        both = pd.concat([table.assign(host_speed="1"), probed_table.assign(host_speed="probe")], ignore_index=True)
+        atomic_write_text(args.table, both.to_csv(index=False))
+    bands, known_host = summarise(table), summarise(probed_table)
+    print(f"at the default host speed, {len(paths)} levels:")
+    show(bands)
+    print(f"\nat each level's measured host speed, {len(probed)} probed levels:")
+    show(known_host)
+    if args.write:
+        write(args, paths, probed, bands, known_host, sentinels(levels, table), kinds.pop())
+
+
+def replay(paths: list[Path], device: str, host_speed: float | str) -> tuple[list, pd.DataFrame]:
+    """Each level replayed at ``host_speed`` (a number, or ``"probe"``), and their error table with
+    each level's decode pace (``host_ratio``) on its replay's host."""
+    levels, ratios = [], {}
+    for k, path in enumerate(paths, 1):
+        level = compare_run(path, device, host_speed=host_speed)
+        levels.append(level)
+        deployment = replay_deployment(read_meta(path), device, host_speed)
+        ratios[level.run_dir] = decode_host_ratio(deployment, level.predicted)
+        print(f"\r{k}/{len(paths)} levels replayed at host speed {host_speed}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
     table = error_table(levels)
     table["host_ratio"] = table["run"].map(ratios)
-    if args.table:
-        atomic_write_text(args.table, table.to_csv(index=False))
-    bands = summarise(table)
-    show(bands)
-    if args.write:
-        write(args, paths, bands, sentinels(levels, table), kinds.pop())
+    return levels, table
 
 
 def show(bands: dict) -> None:
@@ -107,13 +132,17 @@ def show(bands: dict) -> None:
                       f"{v['tail']:.2f} | {cover} |")
 
 
-def write(args: argparse.Namespace, paths: list[Path], bands: dict, kept: dict, cost_model: str) -> None:
+def write(args: argparse.Namespace, paths: list[Path], probed: list[Path], bands: dict, known_host: dict,
+          kept: dict, cost_model: str) -> None:
     """Write the shipped band file atomically, with its provenance."""
     inputs = {"root": display_path(args.root), "device": args.device, "fit": args.fit,
-              "levels": {"count": len(paths), "digest": combined_digest(paths)}}
-    doc = {"engine": ENGINE, "device": args.device, "cost_model": cost_model, "tp": 1, "host_speed": 1.0,
-           "levels": len(paths), "bands": significant(bands, 4), "sentinels": significant(kept, 6),
-           "provenance": record(inputs, {"bands": len(bands)}, exclude=SHIPPED)}
+              "levels": {"count": len(paths), "digest": combined_digest(paths)},
+              "probed_levels": {"count": len(probed), "digest": combined_digest(probed)}}
+    doc = {"engine": ENGINE, "device": args.device, "cost_model": cost_model, "tp": 1,
+           "levels": len(paths), "bands": significant(bands, 4),
+           "known_host_levels": len(probed), "known_host": significant(known_host, 4),
+           "sentinels": significant(kept, 6),
+           "provenance": record(inputs, {"bands": len(bands), "known_host": len(known_host)}, exclude=SHIPPED)}
     atomic_write_text(SHIPPED, json.dumps(doc, indent=1) + "\n")
     print(f"wrote {display_path(SHIPPED)}")
 

@@ -91,7 +91,8 @@ def _validated_rows(validated: dict | None) -> list[tuple[str, str]]:
         return "-" if coverage is None else f"{100 * coverage:.0f}%"
 
     first = metrics["ttft_ms p50"]
-    where = (f"{validated['band']} load, {validated['pace']}-paced decode: {first['levels']} levels, "
+    host = "host speed given" if validated.get("host_known") else "host speed unknown"
+    where = (f"{validated['band']} load, {validated['pace']}-paced decode, {host}: {first['levels']} levels, "
              f"{first['configurations']} configurations")
     return [(f"live engine vs this answer ({where})",
              f"TTFT p50 {band('ttft_ms p50')}, TPOT p50 {band('tpot_ms p50')}"),

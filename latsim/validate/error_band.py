@@ -28,7 +28,7 @@ predict`` prints the band's TTFT and TPOT P50 beside its answer, or why there is
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -161,26 +161,34 @@ def cell(rows: pd.DataFrame) -> Cell:
 @dataclass(frozen=True)
 class ErrorBand:
     """The shipped summary (:data:`SHIPPED`): what was measured (``engine``, ``device``,
-    ``cost_model``, ``tp``, ``host_speed``) and the bands (:func:`summarise`)."""
+    ``cost_model``, ``tp``), the bands (:func:`summarise`) of the levels replayed at the default
+    host speed (``bands``, a prediction for a host of unknown speed) and of the probed levels
+    replayed at their measured host speed (``known_host``, a prediction given the host's speed)."""
 
     engine: str
     device: str
     cost_model: str
     tp: int
-    host_speed: float
     bands: dict[str, dict[str, Cell]]
     levels: int
+    known_host: dict[str, dict[str, Cell]] = field(default_factory=dict)
+    known_host_levels: int = 0
 
     @classmethod
     def read(cls, path: Path = SHIPPED) -> ErrorBand:
         d = json.loads(path.read_text())
         return cls(engine=d["engine"], device=d["device"], cost_model=d["cost_model"], tp=int(d["tp"]),
-                   host_speed=float(d["host_speed"]), bands=d["bands"], levels=int(d["levels"]))
+                   bands=d["bands"], levels=int(d["levels"]), known_host=d.get("known_host", {}),
+                   known_host_levels=int(d.get("known_host_levels", 0)))
+
+    def table(self, host_known: bool) -> dict[str, dict[str, Cell]]:
+        """The bands for a prediction whose host speed was given (``host_known``) or not."""
+        return self.known_host if host_known and self.known_host else self.bands
 
 
 def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: int, replicas: int,
-            saturation: float | None, default_scheduling: bool,
-            host_ratio: float | None) -> tuple[tuple[str, str] | None, str]:
+            saturation: float | None, default_scheduling: bool, host_ratio: float | None,
+            host_known: bool = False) -> tuple[tuple[str, str] | None, str]:
     """((load band, pace), "") when ``band`` describes this deployment, else (``None``, why not):
     the measured engine family, GPU and cost model, one engine at the measured TP, vLLM's default
     scheduling (asynchronous, chunked prefill), a load inside a band and a pace with levels."""
@@ -197,11 +205,12 @@ def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: i
             return None, why
     if saturation is None or not np.isfinite(saturation):
         return None, "no load estimate"
+    table = band.table(host_known)
     name = band_of(saturation)
-    if name is None or name not in band.bands:
+    if name is None or name not in table:
         return None, f"load {saturation:.2f} of capacity is outside the measured {BANDS[0][1]:g}-0.9"
     pace = band_of(host_ratio, PACES) if host_ratio is not None and np.isfinite(host_ratio) else None
-    if pace is None or pace not in band.bands[name]:
+    if pace is None or pace not in table[name]:
         return None, "no measured level decodes at this deployment's host/GPU pace"
     return (name, pace), ""
 
@@ -213,14 +222,16 @@ def validated_error(band: ErrorBand, **deployment: Any) -> dict[str, Any]:
     if where is None:
         return {"available": False, "why": why}
     name, pace = where
+    host_known = bool(deployment.get("host_known")) and bool(band.known_host)
     return {"available": True, "band": name, "pace": pace, "host_ratio": deployment["host_ratio"],
-            "engine": band.engine, "device": band.device, "host_speed": band.host_speed,
-            "target_coverage": TARGET, "metrics": band.bands[name][pace]}
+            "host_known": host_known, "engine": band.engine, "device": band.device,
+            "target_coverage": TARGET, "metrics": band.table(host_known)[name][pace]}
 
 
 def for_prediction(deployment: Any, summary: dict[str, Any], band: ErrorBand | None = None) -> dict[str, Any]:
     """:func:`validated_error` of a prediction: its deployment (engine, GPU, TP, replicas,
-    scheduling) and its summary (cost model, saturation, the decode pace of
+    scheduling; a host speed other than 1 is taken as measured, ``latsim host-speed``) and its
+    summary (cost model, saturation, the decode pace of
     :func:`~latsim.sim.host_report.decode_host_ratio`), against the shipped band by default."""
     from latsim.sim.host_report import decode_host_ratio
 
@@ -230,7 +241,7 @@ def for_prediction(deployment: Any, summary: dict[str, Any], band: ErrorBand | N
                            cost_model=str(summary.get("cost_model")), tp=deployment.tp,
                            replicas=deployment.replicas, saturation=summary.get("saturation"),
                            default_scheduling=default_scheduling,
-                           host_ratio=decode_host_ratio(deployment, summary))
+                           host_ratio=decode_host_ratio(deployment, summary), host_known=engine.host_speed != 1.0)
 
 
 def slow_edge(validated: dict[str, Any], summary: dict[str, Any]) -> dict[str, dict[str, float | bool]] | None:

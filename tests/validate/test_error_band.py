@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -105,10 +106,11 @@ def test_decode_paces(ratio: float, pace: str | None) -> None:
 def _band() -> eb.ErrorBand:
     cell = {"levels": 10, "configurations": 3, "median": 0.0, "tail": 0.05, "low": -0.1, "high": 0.2,
             "coverage": 0.8}
-    return eb.ErrorBand(engine="vllm-0.25.1", device="h200", cost_model="calibrated", tp=1, host_speed=1.0,
+    return eb.ErrorBand(engine="vllm-0.25.1", device="h200", cost_model="calibrated", tp=1,
                         bands={"light": {"mixed": {"ttft_ms p50": cell}},
                                "heavy": {"mixed": {"ttft_ms p50": cell}, "gpu": {"ttft_ms p50": cell}}},
-                        levels=20)
+                        levels=20, known_host={"light": {"mixed": {"ttft_ms p50": {**cell, "low": -0.05}}}},
+                        known_host_levels=10)
 
 
 MEASURED = {"engine": "vllm", "device": "h200", "cost_model": "calibrated", "tp": 1, "replicas": 1,
@@ -127,6 +129,17 @@ def test_the_band_applies_only_to_what_was_measured(change: dict, why: str) -> N
     assert out["available"] is False and why in out["why"]
 
 
+def test_a_prediction_given_its_host_speed_gets_the_probed_levels_band() -> None:
+    known = eb.validated_error(_band(), **{**MEASURED, "host_known": True})
+    unknown = eb.validated_error(_band(), **MEASURED)
+    assert known["host_known"] is True and known["metrics"]["ttft_ms p50"]["low"] == -0.05
+    assert unknown["host_known"] is False and unknown["metrics"]["ttft_ms p50"]["low"] == -0.1
+    heavy = eb.validated_error(_band(), **{**MEASURED, "host_known": True, "saturation": 0.8})
+    assert heavy["available"] is False  # the probed levels have no heavy cell here
+    lone = eb.ErrorBand(**{**_band().__dict__, "known_host": {}, "known_host_levels": 0})
+    assert eb.validated_error(lone, **{**MEASURED, "host_known": True})["host_known"] is False
+
+
 def test_a_measured_deployment_gets_its_load_band() -> None:
     out = eb.validated_error(_band(), **{**MEASURED, "saturation": 0.8, "host_ratio": 0.2})
     assert out["available"] and (out["band"], out["pace"]) == ("heavy", "gpu")
@@ -136,9 +149,10 @@ def test_a_measured_deployment_gets_its_load_band() -> None:
 def test_the_shipped_band_reads_and_describes_the_calibrated_h200() -> None:
     band = eb.ErrorBand.read()
     assert (band.device, band.cost_model, band.tp) == ("h200", "calibrated", 1)
+    assert 100 <= band.known_host_levels < band.levels
     for name in ("light", "heavy"):
-        for pace in ("gpu", "mixed", "host"):
-            cell = band.bands[name][pace]["tpot_ms p50"]
+        for pace, table in itertools.product(("gpu", "mixed", "host"), (band.bands, band.known_host)):
+            cell = table[name][pace]["tpot_ms p50"]
             assert cell["levels"] >= 10 and cell["low"] < cell["median"] < cell["high"]
             assert cell["coverage"] is None or 0.0 <= cell["coverage"] <= 1.0
 
