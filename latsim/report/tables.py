@@ -91,13 +91,13 @@ def _validated_rows(validated: dict | None) -> list[tuple[str, str]]:
         return "-" if coverage is None else f"{100 * coverage:.0f}%"
 
     first = metrics["ttft_ms p50"]
-    host = "host speed given" if validated.get("host_known") else "host speed unknown"
-    where = (f"{validated['band']} load, {validated['pace']}-paced decode, {host}: {first['levels']} levels, "
-             f"{first['configurations']} configurations")
-    return [(f"live engine vs this answer ({where})",
-             f"TTFT p50 {band('ttft_ms p50')}, TPOT p50 {band('tpot_ms p50')}"),
+    host = "host given" if validated.get("host_known") else "host unknown"
+    where = (f"{validated['band']} load, {validated['pace']} pace, {host}; {first['levels']} levels, "
+             f"{first['configurations']} configs")
+    return [("live error band from", where),
+            ("live engine vs this answer, p50", f"TTFT {band('ttft_ms p50')}, TPOT {band('tpot_ms p50')}"),
             ("live engine vs this answer, p99", f"TTFT {band('ttft_ms p99')}, TPOT {band('tpot_ms p99')}"),
-            ("left-out configurations inside (p50; aim 80%)",
+            ("left-out configs inside (p50, aim 80%)",
              f"TTFT {held('ttft_ms p50')}, TPOT {held('tpot_ms p50')}"),
             *_slow_edge_rows(validated.get("slo_at_slow_edge"))]
 
