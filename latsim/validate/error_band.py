@@ -262,3 +262,24 @@ def slow_edge(validated: dict[str, Any], summary: dict[str, Any]) -> dict[str, d
         live = predicted / (1.0 + cell["low"])
         out[metric] = {"percentile_ms": live, "target_ms": target, "met": bool(live <= target)}
     return out or None
+
+
+def inside_band(errors: pd.DataFrame, band: ErrorBand, host_known: bool = False) -> pd.DataFrame:
+    """How many of ``errors``' levels (:func:`banded`: Poisson levels with a ``host_ratio``) fall
+    inside the band of their cell: one row per metric (``"ttft_ms p50"``...) with ``inside`` and
+    ``levels`` (levels whose cell the band lacks are not counted).  On levels the band was not
+    built from, a check of its 80 %."""
+    e = banded(errors)
+    table = band.table(host_known)
+    counts: dict[str, list[int]] = {}
+    for band_name, pace, key, error in zip(e["band"], e["pace"], e["metric"] + " " + e["stat"], e["error"],
+                                           strict=True):
+        cell = table.get(str(band_name), {}).get(str(pace), {}).get(str(key))
+        low, high = (cell or {}).get("low"), (cell or {}).get("high")
+        if low is None or high is None:
+            continue
+        tally = counts.setdefault(str(key), [0, 0])
+        tally[0] += int(low <= float(error) <= high)
+        tally[1] += 1
+    return pd.DataFrame([{"metric": k, "inside": v[0], "levels": v[1]} for k, v in counts.items()],
+                        columns=["metric", "inside", "levels"])

@@ -103,3 +103,10 @@ def test_host_speed_option_reads_probe_or_a_number_in_range() -> None:
     for bad in ("fast", "0", "11", "nan"):
         with pytest.raises(ValueError, match="expected 'probe' or a number"):
             host_speed_option(bad)
+
+
+def test_cli_counts_the_levels_inside_the_live_error_band(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(["validate", str(SMALL_RUN), "--device", "h200"], monkeypatch, capsys)
+    assert code == 0 and "inside the live error band `latsim predict` prints" in out
+    assert "ttft p50 1/1" in out  # its TTFT p50 error, +18 %, is inside the light mixed-pace band

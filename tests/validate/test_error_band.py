@@ -183,3 +183,14 @@ def test_the_slow_edge_divides_by_one_plus_the_most_negative_error() -> None:
     assert eb.slow_edge({"available": False, "why": "x"}, summary) is None
     p90 = {**summary, "slo": {"percentile": "p90", "targets_ms": {"ttft_ms": 100.0}}, "ttft_ms": {"p90": 1.0}}
     assert eb.slow_edge(validated, p90) is None  # no band at that percentile
+
+
+def test_inside_band_counts_the_levels_of_each_metric_inside_their_cells_band() -> None:
+    errors = pd.concat([_errors({"a-mix": [-0.2, 0.0, 0.1, 0.3]}),  # light, mixed: band -0.1 .. 0.2
+                        _errors({"a-mix": [0.0]}, host_ratio=0.1),  # light, gpu: no such cell, not counted
+                        _errors({"a-mix": [0.0]}, level="burst")], ignore_index=True)
+    counts = eb.inside_band(errors, _band())
+    assert counts.to_dict("records") == [{"metric": "ttft_ms p50", "inside": 2, "levels": 4}]
+    known = eb.inside_band(errors, _band(), host_known=True)  # band -0.05 .. 0.2
+    assert known.to_dict("records") == [{"metric": "ttft_ms p50", "inside": 2, "levels": 4}]
+    assert eb.inside_band(errors.iloc[:0], _band()).empty
