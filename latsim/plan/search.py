@@ -26,6 +26,7 @@ from latsim.plan.evaluate import screened
 from latsim.plan.prices import Price, price_of
 from latsim.plan.rate import max_rate_at_slo
 from latsim.plan.slo import PlanSLO
+from latsim.validate.error_band import for_prediction, targets_at_slow_edge
 
 ENGINE_KNOBS = tuple(itertools.product((None, 64, 128, 512), (None, 2048, 8192)))
 """(max_num_seqs, max_num_batched_tokens) tried with ``search_engine`` (None: the engine's default)."""
@@ -232,6 +233,7 @@ def _evaluate_row(s: Settings, deployment: Deployment, price: Price, bounds: Bou
                   slo: PlanSLO, options: Options) -> dict[str, Any]:
     summary = screened(deployment, s, slo, options.replications, options.seed, options.min_p_meet)
     binding, headroom = slo.binding(summary)
+    live = targets_at_slow_edge(for_prediction(deployment, summary), slo.values(summary), slo.as_dict())
     meets = bool(summary["stable"] and (summary["p_meet"] or 0.0) >= options.min_p_meet)
     ident = _identity(s, deployment)
     return {
@@ -239,6 +241,7 @@ def _evaluate_row(s: Settings, deployment: Deployment, price: Price, bounds: Bou
         **{k: summary[k] for k in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")},
         "stable": summary["stable"], "saturation": summary["saturation"], "p_meet": summary["p_meet"],
         "meets_slo": meets, "binding": binding, "headroom": headroom, "slo_values": slo.values(summary),
+        "meets_slo_at_live_edge": live,
         "max_rps_at_slo": None, "rate_bound_rps": bounds.max_rps, "throughput_rps": summary["throughput_rps"],
         "replications": summary["replications"],
         "cost_model": summary["cost_model"], **_costs(price, ident["gpus"], workload),

@@ -283,3 +283,23 @@ def inside_band(errors: pd.DataFrame, band: ErrorBand, host_known: bool = False)
         tally[1] += 1
     return pd.DataFrame([{"metric": k, "inside": v[0], "levels": v[1]} for k, v in counts.items()],
                         columns=["metric", "inside", "levels"])
+
+
+def targets_at_slow_edge(validated: dict[str, Any], values: dict[str, float | None],
+                         limits: dict[str, float]) -> dict[str, Any]:
+    """A plan candidate's SLO at the band's slow edge: ``values`` and ``limits`` keyed by target
+    name (``ttft_p99_ms``); each target the band covers (TTFT, TPOT or E2E at P50 or P99) is
+    divided by ``1 + low`` of its cell.  ``{"meets": bool | None, "values": {...}}``: ``None``
+    (and no values) when the band does not apply or covers none of the targets."""
+    if not validated.get("available"):
+        return {"meets": None, "why": validated.get("why")}
+    out: dict[str, float] = {}
+    for name, value in values.items():
+        metric, stat, _ = name.split("_")
+        cell = validated["metrics"].get(f"{metric}_ms {stat}")
+        if cell is None:
+            continue
+        out[name] = float("inf") if value is None else value / (1.0 + cell["low"])
+    if not out:
+        return {"meets": None, "why": "the band covers none of the targets (TTFT, TPOT, E2E at p50 or p99)"}
+    return {"meets": all(v <= limits[k] for k, v in out.items()), "values": out}

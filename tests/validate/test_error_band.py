@@ -194,3 +194,18 @@ def test_inside_band_counts_the_levels_of_each_metric_inside_their_cells_band() 
     known = eb.inside_band(errors, _band(), host_known=True)  # band -0.05 .. 0.2
     assert known.to_dict("records") == [{"metric": "ttft_ms p50", "inside": 2, "levels": 4}]
     assert eb.inside_band(errors.iloc[:0], _band()).empty
+
+
+def test_plan_targets_at_the_slow_edge_cover_what_the_band_covers() -> None:
+    validated = eb.validated_error(_band(), **MEASURED)  # ttft p50: low -0.1
+    live = eb.targets_at_slow_edge(validated, {"ttft_p50_ms": 95.0, "itl_p99_ms": 5.0},
+                                   {"ttft_p50_ms": 100.0, "itl_p99_ms": 10.0})
+    assert live == {"meets": False, "values": {"ttft_p50_ms": pytest.approx(95.0 / 0.9)}}  # itl: no band
+    assert eb.targets_at_slow_edge(validated, {"ttft_p50_ms": 80.0}, {"ttft_p50_ms": 100.0})["meets"] is True
+    none = eb.targets_at_slow_edge(validated, {"itl_p99_ms": 5.0}, {"itl_p99_ms": 10.0})
+    assert none["meets"] is None and "covers none" in none["why"]
+    away = eb.targets_at_slow_edge({"available": False, "why": "measured live on h200 only"},
+                                   {"ttft_p50_ms": 1.0}, {"ttft_p50_ms": 2.0})
+    assert away == {"meets": None, "why": "measured live on h200 only"}
+    unfinished = eb.targets_at_slow_edge(validated, {"ttft_p50_ms": None}, {"ttft_p50_ms": 100.0})
+    assert unfinished["meets"] is False
