@@ -15,7 +15,9 @@ a prediction given the host's speed).  ``--write`` puts both into
 ``latsim/data/engines/vllm/error_band.json`` with their provenance (the levels' digests, the
 command, the commit) and the predictions of one level per cell (``sentinels``), by which a test
 tells when the model has changed since (then run this again); ``--table CSV`` keeps the
-per-level errors with each level's host ratio.  About eight minutes on two cores.
+per-level errors with each level's host ratio; ``--holdout REGEX`` also builds the bands without
+the levels it matches and counts those inside them (a check on levels the band never saw, e.g.
+``'h200-s2[3-9]/'``, the latest engine starts).  About eight minutes on two cores.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from latsim.validate.compare import (
     host_probe_ms,
     replay_deployment,
 )
-from latsim.validate.error_band import SHIPPED, banded, load_fraction, summarise
+from latsim.validate.error_band import SHIPPED, ErrorBand, banded, inside_band, load_fraction, summarise
 
 FIT = r"h200-probed-b/llama-3\.1-8b-|h200/qwen3-30b-a3b-fixed"
 """The levels the shipped fits saw (``scripts/fit_engine_host.py``'s training runs)."""
@@ -79,6 +81,8 @@ def main() -> None:
     ap.add_argument("--fit", default=FIT, help="regular expression of the levels the fits saw (left out)")
     ap.add_argument("--write", action="store_true", help=f"write {display_path(SHIPPED)}")
     ap.add_argument("--table", type=Path, help="also write the per-level errors (with host_ratio) as CSV here")
+    ap.add_argument("--holdout", help="also build the bands without the levels this regular expression matches "
+                                      "and count those levels inside them (e.g. the latest engine starts)")
     args = ap.parse_args()
     if not args.root.is_dir():
         ap.error(f"{args.root} is not a folder of measured runs")
@@ -99,8 +103,24 @@ def main() -> None:
     show(bands)
     print(f"\nat each level's measured host speed, {len(probed)} probed levels:")
     show(known_host)
+    if args.holdout:
+        for label, errors in (("the default host speed", table), ("the measured host speed", probed_table)):
+            print(f"\nheld out {args.holdout!r} at {label}: " + holdout_check(errors, args.holdout, args.device))
     if args.write:
         write(args, paths, probed, bands, known_host, sentinels(levels, table), kinds.pop())
+
+
+def holdout_check(errors: pd.DataFrame, pattern: str, device: str) -> str:
+    """The bands of the levels ``pattern`` does not match, and how many of those it matches fall
+    inside their cell's band, per metric (``ttft p50 29/37, ...``)."""
+    later = errors["run"].str.contains(pattern, regex=True)
+    if not later.any() or later.all():
+        raise SystemExit(f"--holdout {pattern!r} must match some levels and leave others")
+    band = ErrorBand(engine=ENGINE, device=device, cost_model="-", tp=1, bands=summarise(errors[~later]),
+                     levels=int(errors[~later]["run"].nunique()))
+    counts = inside_band(errors[later], band)
+    return ", ".join(f"{str(m).replace('_ms', '')} {i}/{n}"
+                     for m, i, n in zip(counts["metric"], counts["inside"], counts["levels"], strict=True))
 
 
 def replay(paths: list[Path], device: str, host_speed: float | str) -> tuple[list, pd.DataFrame]:
