@@ -147,7 +147,7 @@ def decode_host_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
     :func:`latsim.metrics.summary.summarize`'s, with ``throughput_rps``, the mean E2E and the
     token rates): the batch is the requests in flight per replica (Little's law: throughput x mean
     E2E, at most ``max_num_seqs``), each at its prompt plus half its output of context.  ``None``
-    when the run completed nothing."""
+    when the run completed nothing, or the deployment's cost model has no host terms."""
     rate = summary.get("throughput_rps") or 0.0
     e2e_ms = (summary.get("e2e_ms") or {}).get("mean")
     if rate <= 0.0 or e2e_ms is None or not math.isfinite(e2e_ms):
@@ -156,7 +156,10 @@ def decode_host_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
     in_flight = rate * e2e_ms / 1e3 / max(1, deployment.replicas)
     seqs = max(1, min(round(in_flight), engine.max_num_seqs or 1))
     context = summary["input_tokens_per_s"] / rate + summary["output_tokens_per_s"] / rate / 2
-    gpu, host = _cost_model(deployment).parts(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * context)))
+    cost_model = default_cost_model(deployment, engine)
+    if not isinstance(cost_model, HostOverlapCostModel):
+        return None  # no host terms to weigh
+    gpu, host = cost_model.parts(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * context)))
     return host / gpu if gpu > 0.0 else None
 
 
