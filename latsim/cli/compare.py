@@ -62,9 +62,11 @@ def compare(
         print(json.dumps(json_safe(answer), allow_nan=False, default=json_default))
         return
     for name, d in answer["devices"].items():
+        live = (f" ({_f(d['max_rps_at_slo_live_edge'])} at the live error band's slow edge)"
+                if d.get("max_rps_at_slo_live_edge") is not None else "")
         out.print(f"{name} TP{d['tp']} x{d['replicas']}: knee {_f(d['knee_rps'])} req/s, max at SLO "
-                  f"{_f(d['max_rps_at_slo'])} req/s, ${_f(d['usd_per_million_output_tokens'], 3)} per M output "
-                  f"tokens at the {d['cost_at']} ({d['price_label']})")
+                  f"{_f(d['max_rps_at_slo'])} req/s{live}, ${_f(d['usd_per_million_output_tokens'], 3)} per M "
+                  f"output tokens at the {d['cost_at']} ({d['price_label']})")
     for path in (plot, html):
         if path:
             err.print(f"wrote {path}")

@@ -11,6 +11,10 @@ or configuration the answer gives:
   is unstable or whose P99 TTFT exceeds :data:`KNEE_FACTOR` times the lightest rate's;
 - ``max_rps_at_slo`` (with an SLO): the highest rate of the curve that is stable and meets the
   SLO in at least ``min_p_meet`` of the replications, every lower rate meeting it too;
+- ``max_rps_at_slo_live_edge`` (with an SLO, where the live error band describes the deployment:
+  the calibrated H200 at TP=1, :mod:`latsim.validate.error_band`): the same with every point's
+  SLO also met were the live engine at the band's slow edge (``meets_slo_at_live_edge`` per
+  point); ``None`` where no band applies (or the lightest rate fails);
 - ``usd_per_million_output_tokens``: the deployment's price per hour over the output tokens it
   serves in an hour at ``max_rps_at_slo`` when an SLO is given, else at the knee.
 """
@@ -75,11 +79,12 @@ def compare(base: Settings, configs: tuple[tuple[str, dict[str, Any]], ...], rat
         price = price_of(deployment.device.name, prices)
         gpus = deployment.tp * deployment.replicas
         knee, at_slo = knee_rate(curve), slo_rate(curve) if slo else None
+        at_live_edge = slo_rate(curve, "meets_slo_at_live_edge") if slo else None
         rate = at_slo if slo else knee
         out["devices"][label] = {
             "device": deployment.device.name, "tp": deployment.tp, "replicas": deployment.replicas, "gpus": gpus,
             "weight_dtype": deployment.weight_dtype,
-            "curve": curve, "knee_rps": knee, "max_rps_at_slo": at_slo,
+            "curve": curve, "knee_rps": knee, "max_rps_at_slo": at_slo, "max_rps_at_slo_live_edge": at_live_edge,
             "usd_per_hour": price.usd_per_gpu_hour * gpus, "price": price.as_dict(), "price_label": price.label(),
             "usd_per_million_output_tokens": (price.usd_per_gpu_hour * gpus / (rate * workload.mean_output * 3600.0)
                                               * 1e6) if rate else None,
@@ -122,11 +127,15 @@ def _curve(deployment: Deployment, settings: Settings, rates: tuple[float, ...],
 
 def _point(deployment: Deployment, settings: Settings, slo: PlanSLO | None, replications: int,
            min_p_meet: float) -> dict[str, Any]:
+    from latsim.validate.error_band import for_prediction, targets_at_slow_edge
+
     s = evaluate(deployment, settings, slo, replications, settings.seed or 0)
     keep = ("p50", "p99", "p99_ci95")
+    meets = bool(s["stable"] and (s["p_meet"] or 0.0) >= min_p_meet) if slo else None
+    live = targets_at_slow_edge(for_prediction(deployment, s), slo.values(s), slo.as_dict())["meets"] if slo else None
     return {"qps": settings.qps, "ttft_ms": {k: s["ttft_ms"][k] for k in keep},
             "tpot_ms": {k: s["tpot_ms"][k] for k in keep}, "stable": s["stable"], "p_meet": s["p_meet"],
-            "meets_slo": bool(s["stable"] and (s["p_meet"] or 0.0) >= min_p_meet) if slo else None,
+            "meets_slo": meets, "meets_slo_at_live_edge": None if live is None else bool(meets and live),
             "throughput_rps": s["throughput_rps"], "output_tokens_per_s": s["output_tokens_per_s"],
             "replications": s["replications"]}
 
@@ -144,11 +153,14 @@ def knee_rate(curve: list[dict[str, Any]]) -> float | None:
     return knee
 
 
-def slo_rate(curve: list[dict[str, Any]]) -> float | None:
-    """The highest rate meeting the SLO with every lower rate meeting it; None when the lightest fails."""
+def slo_rate(curve: list[dict[str, Any]], key: str = "meets_slo") -> float | None:
+    """The highest rate meeting the SLO (``point[key]``) with every lower rate meeting it; None when
+    the lightest fails, or when any point's ``key`` is None (not known there)."""
+    if any(point.get(key) is None for point in curve):
+        return None
     best = None
     for point in curve:
-        if not point["meets_slo"]:
+        if not point[key]:
             break
         best = point["qps"]
     return best

@@ -31,6 +31,29 @@ def test_slo_rate_needs_every_lower_rate_to_meet() -> None:
     assert slo_rate([_point(1, 1, meets=False)]) is None
 
 
+def test_slo_rate_at_the_live_edge_is_none_where_no_band_applies() -> None:
+    curve = [{**_point(1, 1, meets=True), "meets_slo_at_live_edge": True},
+             {**_point(2, 1, meets=True), "meets_slo_at_live_edge": False}]
+    assert slo_rate(curve, "meets_slo_at_live_edge") == 1 and slo_rate(curve) == 2
+    unknown = [{**_point(1, 1, meets=True), "meets_slo_at_live_edge": None}]
+    assert slo_rate(unknown, "meets_slo_at_live_edge") is None
+
+
+def test_an_h200_curve_is_also_checked_at_the_live_error_bands_slow_edge(cli, tmp_path) -> None:
+    page = tmp_path / "c.html"
+    code, out, _ = cli("compare", "--model", "llama-3.2-1b", "--devices", "h200,h100", "--qps", "2:8:2",
+                       "--num-requests", "80", "--input-len", "256", "--output-len", "32", "--replications", "2",
+                       "--slo", "ttft_p99_ms=5000,tpot_p99_ms=100", "--html", str(page), "--json")
+    assert code == 0
+    devices = json.loads(out)["devices"]
+    h200, h100 = devices["h200"], devices["h100"]
+    assert all(p["meets_slo_at_live_edge"] is not None for p in h200["curve"])
+    assert h200["max_rps_at_slo_live_edge"] is not None
+    assert h200["max_rps_at_slo_live_edge"] <= h200["max_rps_at_slo"]
+    assert all(p["meets_slo_at_live_edge"] is None for p in h100["curve"]) and h100["max_rps_at_slo_live_edge"] is None
+    assert "the same at the live error band" in page.read_text()
+
+
 def test_rate_ranges() -> None:
     assert rates("--qps", "1:16:5") == pytest.approx((1, 2, 4, 8, 16))
     assert rates("--qps", "4,2,8") == (2, 4, 8)
