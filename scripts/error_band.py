@@ -33,7 +33,6 @@ import pandas as pd
 from latsim.atomic import atomic_write_text
 from latsim.measure.records import read_meta
 from latsim.provenance import combined_digest, display_path, record, significant
-from latsim.sim.host_report import decode_host_ratio
 from latsim.validate.compare import (
     client_bound,
     compare_run,
@@ -42,7 +41,16 @@ from latsim.validate.compare import (
     host_probe_ms,
     replay_deployment,
 )
-from latsim.validate.error_band import SHIPPED, ErrorBand, banded, inside_band, load_fraction, summarise
+from latsim.validate.error_band import (
+    SHIPPED,
+    ErrorBand,
+    banded,
+    describe_inside,
+    inside_band,
+    load_fraction,
+    summarise,
+    with_host_ratios,
+)
 
 FIT = r"h200-probed-b/llama-3\.1-8b-|h200/qwen3-30b-a3b-fixed"
 """The levels the shipped fits saw (``scripts/fit_engine_host.py``'s training runs)."""
@@ -118,25 +126,18 @@ def holdout_check(errors: pd.DataFrame, pattern: str, device: str) -> str:
         raise SystemExit(f"--holdout {pattern!r} must match some levels and leave others")
     band = ErrorBand(engine=ENGINE, device=device, cost_model="-", tp=1, bands=summarise(errors[~later]),
                      levels=int(errors[~later]["run"].nunique()))
-    counts = inside_band(errors[later], band)
-    return ", ".join(f"{str(m).replace('_ms', '')} {i}/{n}"
-                     for m, i, n in zip(counts["metric"], counts["inside"], counts["levels"], strict=True))
+    return describe_inside(inside_band(errors[later], band))
 
 
 def replay(paths: list[Path], device: str, host_speed: float | str) -> tuple[list, pd.DataFrame]:
     """Each level replayed at ``host_speed`` (a number, or ``"probe"``), and their error table with
     each level's decode pace (``host_ratio``) on its replay's host."""
-    levels, ratios = [], {}
+    levels = []
     for k, path in enumerate(paths, 1):
-        level = compare_run(path, device, host_speed=host_speed)
-        levels.append(level)
-        deployment = replay_deployment(read_meta(path), device, host_speed)
-        ratios[level.run_dir] = decode_host_ratio(deployment, level.predicted)
+        levels.append(compare_run(path, device, host_speed=host_speed))
         print(f"\r{k}/{len(paths)} levels replayed at host speed {host_speed}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    table = error_table(levels)
-    table["host_ratio"] = table["run"].map(ratios)
-    return levels, table
+    return levels, with_host_ratios(error_table(levels), levels, device, host_speed)
 
 
 def show(bands: dict) -> None:

@@ -66,21 +66,13 @@ def validate(
 
 def _band_check(levels, table, device: str, speed: float | str) -> None:
     """Print how many Poisson levels fall inside ``latsim predict``'s live error band of their cell."""
-    from latsim.measure.records import read_meta
-    from latsim.sim.host_report import decode_host_ratio
-    from latsim.validate.compare import replay_deployment
-    from latsim.validate.error_band import ErrorBand, inside_band
+    from latsim.validate.error_band import describe_inside, inside_band, shipped_band, with_host_ratios
 
-    band = ErrorBand.read()
+    band = shipped_band()
     if device != band.device:
         return
-    ratios = {lv.run_dir: decode_host_ratio(replay_deployment(read_meta(lv.run_dir), device, speed), lv.predicted)
-              for lv in levels if lv.level.startswith("f")}
-    counts = inside_band(table.assign(host_ratio=table["run"].map(ratios)), band, host_known=speed != 1.0)
+    counts = inside_band(with_host_ratios(table, levels, device, speed), band, host_known=speed != 1.0)
     if counts.empty:
         return
-    cells = ", ".join(f"{str(metric).replace('_ms', '')} {inside}/{n}"
-                      for metric, inside, n in zip(counts["metric"], counts["inside"], counts["levels"], strict=True))
     out.print(f"inside the live error band `latsim predict` prints (aim 80 %; levels it was built from count too): "
-              f"{cells}")
-
+              f"{describe_inside(counts)}")

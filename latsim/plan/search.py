@@ -233,14 +233,15 @@ def _evaluate_row(s: Settings, deployment: Deployment, price: Price, bounds: Bou
                   slo: PlanSLO, options: Options) -> dict[str, Any]:
     summary = screened(deployment, s, slo, options.replications, options.seed, options.min_p_meet)
     binding, headroom = slo.binding(summary)
-    live = targets_at_slow_edge(for_prediction(deployment, summary), slo.values(summary), slo.as_dict())
+    values = slo.values(summary)
+    live = targets_at_slow_edge(for_prediction(deployment, summary), values, slo.as_dict())
     meets = bool(summary["stable"] and (summary["p_meet"] or 0.0) >= options.min_p_meet)
     ident = _identity(s, deployment)
     return {
         **ident,
         **{k: summary[k] for k in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")},
         "stable": summary["stable"], "saturation": summary["saturation"], "p_meet": summary["p_meet"],
-        "meets_slo": meets, "binding": binding, "headroom": headroom, "slo_values": slo.values(summary),
+        "meets_slo": meets, "binding": binding, "headroom": headroom, "slo_values": values,
         "meets_slo_at_live_edge": live,
         "max_rps_at_slo": None, "rate_bound_rps": bounds.max_rps, "throughput_rps": summary["throughput_rps"],
         "replications": summary["replications"],

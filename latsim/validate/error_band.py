@@ -27,6 +27,7 @@ predict`` prints the band's TTFT and TPOT P50 beside its answer, or why there is
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from latsim.paths import engine_data
 
 BANDS: tuple[tuple[str, float, float], ...] = (("light", 0.0, 0.5), ("heavy", 0.5, 0.95))
 """(name, low, high]: the load bands, as offered rate over capacity.  Levels are measured at 0.1-0.9
@@ -47,7 +50,7 @@ TARGET = 0.8
 """The share of a left-out configuration's levels the band is widened to hold."""
 TAILS = tuple(round(0.10 - 0.01 * k, 2) for k in range(11))
 """The quantile ``a`` of the band's low edge (high: ``1 - a``) tried, narrowest first."""
-SHIPPED = Path(__file__).resolve().parent.parent / "data" / "engines" / "vllm" / "error_band.json"
+SHIPPED = engine_data("vllm", "error_band.json")
 
 
 def load_fraction(level: str) -> float | None:
@@ -181,9 +184,21 @@ class ErrorBand:
                    bands=d["bands"], levels=int(d["levels"]), known_host=d.get("known_host", {}),
                    known_host_levels=int(d.get("known_host_levels", 0)))
 
+    def uses_known_host(self, host_known: bool) -> bool:
+        """Whether a prediction whose host speed was given (``host_known``) or not gets the
+        known-host bands (only when the file has them)."""
+        return host_known and bool(self.known_host)
+
     def table(self, host_known: bool) -> dict[str, dict[str, Cell]]:
         """The bands for a prediction whose host speed was given (``host_known``) or not."""
-        return self.known_host if host_known and self.known_host else self.bands
+        return self.known_host if self.uses_known_host(host_known) else self.bands
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_band() -> ErrorBand:
+    """The shipped :class:`ErrorBand`, read once per process (``plan`` and ``compare`` ask for it
+    per candidate and per point)."""
+    return ErrorBand.read(SHIPPED)
 
 
 def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: int, replicas: int,
@@ -222,7 +237,7 @@ def validated_error(band: ErrorBand, **deployment: Any) -> dict[str, Any]:
     if where is None:
         return {"available": False, "why": why}
     name, pace = where
-    host_known = bool(deployment.get("host_known")) and bool(band.known_host)
+    host_known = band.uses_known_host(bool(deployment.get("host_known")))
     return {"available": True, "band": name, "pace": pace, "host_ratio": deployment["host_ratio"],
             "host_known": host_known, "engine": band.engine, "device": band.device,
             "target_coverage": TARGET, "metrics": band.table(host_known)[name][pace]}
@@ -237,11 +252,17 @@ def for_prediction(deployment: Any, summary: dict[str, Any], band: ErrorBand | N
 
     engine = deployment.engine
     default_scheduling = engine.async_scheduling and engine.enable_chunked_prefill and engine.static_batch_size is None
-    return validated_error(band or ErrorBand.read(), engine=engine.engine, device=deployment.device.name,
+    return validated_error(band or shipped_band(), engine=engine.engine, device=deployment.device.name,
                            cost_model=str(summary.get("cost_model")), tp=deployment.tp,
                            replicas=deployment.replicas, saturation=summary.get("saturation"),
                            default_scheduling=default_scheduling,
                            host_ratio=decode_host_ratio(deployment, summary), host_known=engine.host_speed != 1.0)
+
+
+def at_slow_edge(predicted: float, cell: dict[str, Any]) -> float:
+    """``predicted`` (ms) as the live engine would give it at the slow edge of ``cell``'s band:
+    over ``1 + low``, the most negative signed error ``(predicted - measured) / measured``."""
+    return predicted / (1.0 + cell["low"])
 
 
 def slow_edge(validated: dict[str, Any], summary: dict[str, Any]) -> dict[str, dict[str, float | bool]] | None:
@@ -259,7 +280,7 @@ def slow_edge(validated: dict[str, Any], summary: dict[str, Any]) -> dict[str, d
         predicted = (summary.get(metric) or {}).get(percentile)
         if cell is None or predicted is None or not np.isfinite(predicted):
             return None
-        live = predicted / (1.0 + cell["low"])
+        live = at_slow_edge(predicted, cell)
         out[metric] = {"percentile_ms": live, "target_ms": target, "met": bool(live <= target)}
     return out or None
 
@@ -299,7 +320,28 @@ def targets_at_slow_edge(validated: dict[str, Any], values: dict[str, float | No
         cell = validated["metrics"].get(f"{metric}_ms {stat}")
         if cell is None:
             continue
-        out[name] = float("inf") if value is None else value / (1.0 + cell["low"])
+        out[name] = float("inf") if value is None else at_slow_edge(value, cell)
     if not out:
         return {"meets": None, "why": "the band covers none of the targets (TTFT, TPOT, E2E at p50 or p99)"}
     return {"meets": all(v <= limits[k] for k, v in out.items()), "values": out}
+
+
+def with_host_ratios(table: pd.DataFrame, levels: list[Any], device: str,
+                     host_speed: float | str = 1.0) -> pd.DataFrame:
+    """``table`` (:func:`latsim.validate.compare.error_table` of ``levels``) with each Poisson
+    level's ``host_ratio``: :func:`~latsim.sim.host_report.decode_host_ratio` of its replay,
+    deployed as :func:`~latsim.validate.compare.replay_deployment` deploys it at ``host_speed``."""
+    from latsim.measure.records import read_meta
+    from latsim.sim.host_report import decode_host_ratio
+    from latsim.validate.compare import replay_deployment
+
+    ratios = {lv.run_dir: decode_host_ratio(replay_deployment(read_meta(lv.run_dir), device, host_speed),
+                                            lv.predicted)
+              for lv in levels if load_fraction(lv.level) is not None}
+    return table.assign(host_ratio=table["run"].map(ratios))
+
+
+def describe_inside(counts: pd.DataFrame) -> str:
+    """``"ttft p50 7/8, ttft p99 5/8, ..."`` of :func:`inside_band`'s counts."""
+    return ", ".join(f"{str(metric).replace('_ms', '')} {inside}/{n}"
+                     for metric, inside, n in zip(counts["metric"], counts["inside"], counts["levels"], strict=True))
