@@ -223,7 +223,8 @@ def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: i
     table = band.table(host_known)
     name = band_of(saturation)
     if name is None or name not in table:
-        return None, f"load {saturation:.2f} of capacity is outside the measured {BANDS[0][1]:g}-0.9"
+        return None, (f"load {saturation:.2f} of capacity is outside the measured range (levels at 0.1-0.9 "
+                      f"of capacity, read up to {BANDS[-1][2]:g})")
     pace = band_of(host_ratio, PACES) if host_ratio is not None and np.isfinite(host_ratio) else None
     if pace is None or pace not in table[name]:
         return None, "no measured level decodes at this deployment's host/GPU pace"
