@@ -14,7 +14,8 @@ or configuration the answer gives:
 - ``max_rps_at_slo_live_edge`` (with an SLO, where the live error band describes the deployment:
   the calibrated H200 at TP=1, :mod:`latsim.validate.error_band`): the same with every point's
   SLO also met were the live engine at the band's slow edge (``meets_slo_at_live_edge`` per
-  point); ``None`` where no band applies (or the lightest rate fails);
+  point), never past a rate whose load the band does not reach (above 0.95 of capacity); ``None``
+  where no band applies (or the lightest rate fails);
 - ``usd_per_million_output_tokens``: the deployment's price per hour over the output tokens it
   serves in an hour at ``max_rps_at_slo`` when an SLO is given, else at the knee.
 """
@@ -155,12 +156,11 @@ def knee_rate(curve: list[dict[str, Any]]) -> float | None:
 
 def slo_rate(curve: list[dict[str, Any]], key: str = "meets_slo") -> float | None:
     """The highest rate meeting the SLO (``point[key]``) with every lower rate meeting it; None when
-    the lightest fails, or when any point's ``key`` is None (not known there)."""
-    if any(point.get(key) is None for point in curve):
-        return None
+    the lightest rate does not.  A point whose ``key`` is None (not known there: no SLO, or a load
+    the live error band does not reach) ends the walk as a miss does: nothing is claimed past it."""
     best = None
     for point in curve:
-        if not point[key]:
+        if not point.get(key):
             break
         best = point["qps"]
     return best

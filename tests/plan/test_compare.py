@@ -39,6 +39,18 @@ def test_slo_rate_at_the_live_edge_is_none_where_no_band_applies() -> None:
     assert slo_rate(unknown, "meets_slo_at_live_edge") is None
 
 
+def test_slo_rate_at_the_live_edge_stops_where_the_band_stops_reaching() -> None:
+    # a curve that runs past the band's loads: unknown points after the last rate it vouches for
+    curve = [{**_point(1, 1, meets=True), "meets_slo_at_live_edge": True},
+             {**_point(2, 1, meets=True), "meets_slo_at_live_edge": True},
+             {**_point(4, 1, meets=False, stable=False), "meets_slo_at_live_edge": None},
+             {**_point(8, 1, meets=True), "meets_slo_at_live_edge": True}]
+    assert slo_rate(curve, "meets_slo_at_live_edge") == 2
+    curve[2]["meets_slo_at_live_edge"] = None
+    curve[2]["meets_slo"] = True
+    assert slo_rate(curve, "meets_slo_at_live_edge") == 2 and slo_rate(curve) == 8
+
+
 def test_an_h200_curve_is_also_checked_at_the_live_error_bands_slow_edge(cli, tmp_path) -> None:
     page = tmp_path / "c.html"
     code, out, _ = cli("compare", "--model", "llama-3.2-1b", "--devices", "h200,h100", "--qps", "2:8:2",
