@@ -120,7 +120,9 @@ def percentile_block(sections: Sequence[Sample], method: str, level: float = LEV
     ``ci_covers`` (what the interval covers), ``ci_tail_clusters`` (:func:`tail_clusters` at the
     pooled P99) and ``ci_reliable`` (see the module docstring; both ``None`` for weighted
     samples).  Undefined numbers are ``None``, and so
-    are the intervals of fewer than 2 sections.
+    are the intervals of fewer than 2 sections.  The samples are latencies, never negative, so an
+    interval's low edge is at least 0 (a t-interval around a wildly spread estimate, such as an
+    unstable run's, would reach below it).
     """
     if method not in COVERS:
         raise ValueError(f"method must be one of {', '.join(COVERS)}, got {method!r}")
@@ -131,7 +133,7 @@ def percentile_block(sections: Sequence[Sample], method: str, level: float = LEV
     per_section = section_percentiles(sections)
     ci: dict[str, list[float | None]] = {k: [None, None] for k in DESCRIBE_PERCENTILES}
     if len(sections) >= MIN_SECTIONS:
-        ci = {k: [_json(x) for x in sectioning_interval(_nan(block[k]), per_section[k], level)]
+        ci = {k: [_json(x) for x in _non_negative(sectioning_interval(_nan(block[k]), per_section[k], level))]
               for k in DESCRIBE_PERCENTILES}
     clusters = tail_clusters(sections, block["p99"])
     reliable = None if clusters is None else clusters >= MIN_TAIL_CLUSTERS_PER_SECTION * len(sections)
@@ -139,6 +141,11 @@ def percentile_block(sections: Sequence[Sample], method: str, level: float = LEV
                   "ci_n": len(sections), "ci_covers": COVERS[method], "ci_tail_clusters": clusters,
                   "ci_reliable": reliable})
     return block
+
+
+def _non_negative(interval: tuple[float, float]) -> tuple[float, float]:
+    low, high = interval
+    return (max(low, 0.0) if not math.isnan(low) else low), high
 
 
 def tail_clusters(sections: Sequence[Sample], threshold: float | None) -> float | None:

@@ -7,7 +7,10 @@ simulated in order of price, with :func:`latsim.plan.evaluate.screened` replicat
 first: a candidate that misses in it cannot reach ``min_p_meet``), until ``top`` of them meet
 the SLO.  A candidate meets it when every replication is stable and the
 share of replications meeting every target (``p_meet``) is at least ``min_p_meet``.  For the
-candidates reported, :mod:`latsim.plan.rate` finds the highest rate they sustain under the SLO.
+candidates reported, :mod:`latsim.plan.rate` finds the highest rate they sustain under the SLO
+(``max_rps_at_slo``) and, where the live error band describes the candidate (the calibrated H200
+at TP=1), the highest at which the SLO also holds at the band's slow edge
+(``max_rps_at_slo_live_edge``, at most the first; loads up to 0.95 of capacity).
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from latsim.deployment import Deployment
 from latsim.plan.bounds import Bounds, capacity_bounds
 from latsim.plan.evaluate import screened
 from latsim.plan.prices import Price, price_of
-from latsim.plan.rate import max_rate_at_slo
+from latsim.plan.rate import RateProbe, max_rate_at_live_edge, max_rate_at_slo
 from latsim.plan.slo import PlanSLO
-from latsim.validate.error_band import for_prediction, targets_at_slow_edge
+from latsim.validate.error_band import deployment_why, for_prediction, targets_at_slow_edge
 
 ENGINE_KNOBS = tuple(itertools.product((None, 64, 128, 512), (None, 2048, 8192)))
 """(max_num_seqs, max_num_batched_tokens) tried with ``search_engine`` (None: the engine's default)."""
@@ -243,7 +246,8 @@ def _evaluate_row(s: Settings, deployment: Deployment, price: Price, bounds: Bou
         "stable": summary["stable"], "saturation": summary["saturation"], "p_meet": summary["p_meet"],
         "meets_slo": meets, "binding": binding, "headroom": headroom, "slo_values": values,
         "meets_slo_at_live_edge": live,
-        "max_rps_at_slo": None, "rate_bound_rps": bounds.max_rps, "throughput_rps": summary["throughput_rps"],
+        "max_rps_at_slo": None, "max_rps_at_slo_live_edge": None, "rate_bound_rps": bounds.max_rps,
+        "throughput_rps": summary["throughput_rps"],
         "replications": summary["replications"],
         "cost_model": summary["cost_model"], **_costs(price, ident["gpus"], workload),
     }
@@ -259,16 +263,19 @@ def _rank(row: dict[str, Any]) -> tuple[Any, ...]:
 def _rate_search(rows: list[dict[str, Any]], survivors: list[tuple[Settings, Deployment, Price, Bounds]],
                  workload: Workload, slo: PlanSLO, options: Options) -> None:
     """Fill ``max_rps_at_slo`` (and the cost per million output tokens at that rate) of the
-    feasible rows, or of the closest three when none is feasible."""
+    feasible rows, or of the closest three when none is feasible, and ``max_rps_at_slo_live_edge``
+    where the live error band describes the candidate's kind (:mod:`latsim.plan.rate`)."""
     if not options.rate_search or not rows:
         return
     chosen = [r for r in rows if r["meets_slo"]] or rows[:3]
     by_identity = {_key(_identity(s, d)): (s, d, p, b) for s, d, p, b in survivors}
     for row in chosen:
         s, deployment, _, bounds = by_identity[_key(row)]
-        rate = max_rate_at_slo(deployment, s, slo, workload.qps, bounds.max_rps, options.replications, options.seed,
-                               options.min_p_meet)
+        probe = RateProbe(deployment, s, slo, options.replications, options.seed, options.min_p_meet)
+        rate = max_rate_at_slo(probe, workload.qps, bounds.max_rps)
         row["max_rps_at_slo"] = rate
+        if not deployment_why(deployment, str(row["cost_model"])):
+            row["max_rps_at_slo_live_edge"] = max_rate_at_live_edge(probe, workload.qps, rate)
         if rate:
             row["usd_per_million_output_tokens_at_max_rps"] = row["usd_per_hour"] / (rate * workload.mean_output
                                                                                        * 3600.0) * 1e6

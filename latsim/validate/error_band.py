@@ -201,12 +201,11 @@ def shipped_band() -> ErrorBand:
     return ErrorBand.read(SHIPPED)
 
 
-def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: int, replicas: int,
-            saturation: float | None, default_scheduling: bool, host_ratio: float | None,
-            host_known: bool = False) -> tuple[tuple[str, str] | None, str]:
-    """((load band, pace), "") when ``band`` describes this deployment, else (``None``, why not):
-    the measured engine family, GPU and cost model, one engine at the measured TP, vLLM's default
-    scheduling (asynchronous, chunked prefill), a load inside a band and a pace with levels."""
+def kind_why(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: int, replicas: int,
+             default_scheduling: bool) -> str:
+    """"" when ``band`` describes this kind of deployment (at some load and pace): the measured
+    engine family, GPU and cost model, one engine at the measured TP, vLLM's default scheduling
+    (asynchronous, chunked prefill); else why not."""
     family = band.engine.split("-")[0]
     checks = (
         (engine == family, f"measured live on {family} only"),
@@ -215,9 +214,18 @@ def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: i
         (tp == band.tp and replicas == 1, f"measured live on one engine at TP={band.tp} only"),
         (default_scheduling, "measured live with the engine's default scheduling only"),
     )
-    for ok, why in checks:
-        if not ok:
-            return None, why
+    return next((why for ok, why in checks if not ok), "")
+
+
+def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: int, replicas: int,
+            saturation: float | None, default_scheduling: bool, host_ratio: float | None,
+            host_known: bool = False) -> tuple[tuple[str, str] | None, str]:
+    """((load band, pace), "") when ``band`` describes this deployment, else (``None``, why not):
+    its kind (:func:`kind_why`), a load inside a band and a pace with levels."""
+    why = kind_why(band, engine=engine, device=device, cost_model=cost_model, tp=tp, replicas=replicas,
+                   default_scheduling=default_scheduling)
+    if why:
+        return None, why
     if saturation is None or not np.isfinite(saturation):
         return None, "no load estimate"
     table = band.table(host_known)
@@ -252,12 +260,22 @@ def for_prediction(deployment: Any, summary: dict[str, Any], band: ErrorBand | N
     from latsim.sim.host_report import decode_host_ratio
 
     engine = deployment.engine
-    default_scheduling = engine.async_scheduling and engine.enable_chunked_prefill and engine.static_batch_size is None
-    return validated_error(band or shipped_band(), engine=engine.engine, device=deployment.device.name,
-                           cost_model=str(summary.get("cost_model")), tp=deployment.tp,
-                           replicas=deployment.replicas, saturation=summary.get("saturation"),
-                           default_scheduling=default_scheduling,
+    return validated_error(band or shipped_band(), **_kind(deployment, str(summary.get("cost_model"))),
+                           saturation=summary.get("saturation"),
                            host_ratio=decode_host_ratio(deployment, summary), host_known=engine.host_speed != 1.0)
+
+
+def deployment_why(deployment: Any, cost_model: str, band: ErrorBand | None = None) -> str:
+    """:func:`kind_why` of a deployment priced by ``cost_model`` (a summary's ``cost_model``),
+    against the shipped band by default: "" when the band describes its kind at some load."""
+    return kind_why(band or shipped_band(), **_kind(deployment, cost_model))
+
+
+def _kind(deployment: Any, cost_model: str) -> dict[str, Any]:
+    engine = deployment.engine
+    default_scheduling = engine.async_scheduling and engine.enable_chunked_prefill and engine.static_batch_size is None
+    return {"engine": engine.engine, "device": deployment.device.name, "cost_model": cost_model,
+            "tp": deployment.tp, "replicas": deployment.replicas, "default_scheduling": default_scheduling}
 
 
 def at_slow_edge(predicted: float, cell: dict[str, Any]) -> float:

@@ -76,6 +76,15 @@ def test_percentile_block_one_section_has_no_interval_and_weights_have_no_cluste
         percentile_block([(np.arange(3.0), None)] * 2, "bootstrap")
 
 
+def test_an_interval_never_reaches_below_zero_latency() -> None:
+    # two sections far apart (an unstable run's early and late requests): point +- half < 0
+    sections = [(np.full(50, 1.0), None), (np.full(50, 1000.0), None)]
+    block = percentile_block(sections, "batch_means")
+    raw_low, raw_high = sectioning_interval(block["p50"], section_percentiles(sections)["p50"])
+    assert raw_low < 0
+    assert block["ci95"]["p50"] == pytest.approx([0.0, raw_high])
+
+
 def test_batch_sections_are_contiguous_and_large_enough() -> None:
     values = np.arange(1050.0)
     sections = batch_sections(values)
