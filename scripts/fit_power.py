@@ -310,6 +310,26 @@ def fit_decode_cap(pairs: list[tuple[Path, Path]], power: dict[str, Any], profil
             "full_mhz": clocks[0], "capped_mhz": clocks[1]}
 
 
+def load_probes(folder: Path) -> dict[str, Any]:
+    """The probe files of ``folder`` (``data/power/h200``): ``prefill``, ``power``, ``int4``,
+    ``shapes`` (the ``shapes_probe*`` files' rows together) and ``paths`` (prefill, power, int4,
+    then every shapes file name, present or not)."""
+    prefill_path, power_path = folder / "prefill_probe.json", folder / "power_probe.json.gz"
+    int4_path = folder / "int4_probe.json.gz"
+    with gzip.open(power_path, "rt") as f:
+        power = json.load(f)
+    with gzip.open(int4_path, "rt") as f:
+        int4 = json.load(f)
+    shape_paths = [folder / f"shapes_probe{tail}.json.gz" for tail in SHAPE_FILES]
+    shapes: dict[str, list[Any]] = {"rows": []}
+    for path in shape_paths:
+        if path.exists():
+            with gzip.open(path, "rt") as f:
+                shapes["rows"] += json.load(f)["rows"]
+    return {"prefill": json.loads(prefill_path.read_text()), "power": power, "int4": int4, "shapes": shapes,
+            "paths": [prefill_path, power_path, int4_path, *shape_paths]}
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -326,19 +346,9 @@ def main() -> None:
                     help="a device_trace.py run of stamped decode scenarios and the nvidia-smi series beside it "
                          "(repeatable): fits the decode cap")
     args = ap.parse_args()
-    prefill_path, power_path = args.folder / "prefill_probe.json", args.folder / "power_probe.json.gz"
-    int4_path = args.folder / "int4_probe.json.gz"
-    prefill = json.loads(prefill_path.read_text())
-    with gzip.open(power_path, "rt") as f:
-        power = json.load(f)
-    with gzip.open(int4_path, "rt") as f:
-        int4 = json.load(f)
-    shape_paths = [args.folder / f"shapes_probe{tail}.json.gz" for tail in SHAPE_FILES]
-    shapes: dict[str, list[Any]] = {"rows": []}
-    for path in shape_paths:
-        if path.exists():
-            with gzip.open(path, "rt") as f:
-                shapes["rows"] += json.load(f)["rows"]
+    probes = load_probes(args.folder)
+    prefill, power, int4, shapes = probes["prefill"], probes["power"], probes["int4"], probes["shapes"]
+    prefill_path, power_path, int4_path, *shape_paths = probes["paths"]
     gemm = pd.read_parquet(args.profile / "gemm.parquet")
     attn = pd.read_parquet(args.profile / "attention.parquet")
     window = (args.capped_window[0], args.capped_window[1]) if args.capped_window else CAPPED_WINDOW
