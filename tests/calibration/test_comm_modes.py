@@ -233,8 +233,10 @@ def test_steps_within_the_graph_limit_use_the_graph_all_reduce() -> None:
     eager = _predictors(ar).allreduce_s(nbytes, 2)
     assert custom is not None and eager is not None
     np.testing.assert_allclose(got[:3], count * custom[:3], rtol=1e-12)  # graph replays: custom
-    np.testing.assert_allclose(got[3:], count * eager[3:], rtol=1e-12)  # eager steps: NCCL
-    assert got[2] < got[3] and not notes
+    copy = 2.0 * nbytes[3] / load_device("h200").hbm_bandwidth  # an eager 4 MiB message: custom, copied in
+    np.testing.assert_allclose(got[3], count * (custom[3] + copy), rtol=1e-12)
+    np.testing.assert_allclose(got[4], count * eager[4], rtol=1e-12)  # 32 MiB: NCCL
+    assert got[2] < got[3] < got[4] and not notes
 
 
 def test_without_graph_timings_graph_steps_use_the_roofline_custom_all_reduce() -> None:
@@ -257,3 +259,36 @@ def test_without_graph_timings_graph_steps_use_the_roofline_custom_all_reduce() 
     np.testing.assert_allclose(got[:2], count * roofline[:2], rtol=1e-12)
     np.testing.assert_allclose(got[2], count * only_nccl.allreduce_s(nbytes, 2)[2], rtol=1e-12)
     assert any("inside CUDA graphs not measured" in n for n in notes)
+
+
+def _shard(tp: int, hidden: int = 4096) -> Any:
+    return SimpleNamespace(tp=tp, layers=32, hidden=hidden, act_bytes=2.0)
+
+
+def test_eager_steps_run_the_custom_all_reduce_below_its_largest_message() -> None:
+    # vLLM 0.25.1 takes messages under 8 MiB to its custom all-reduce in eager steps too
+    from latsim.catalog.lookup import load_device
+    from latsim.costmodel.profile.tabulate import CUSTOM_AR_MAX_BYTES, _allreduce
+
+    ar = {"worlds": {"2": _table("nccl", [4096, 2**28]), "4": _table("nccl", [4096, 2**28])},
+          "modes": {"vllm_custom": {"2": _table("vllm_custom", [4096, 2**24]),
+                                    "4": _table("vllm_custom", [4096, 2**24])}}}
+    p, h200 = _predictors(ar), load_device("h200")
+    t = np.array([256.0, 600.0, 1023.0, 1024.0, 4096.0])  # 8 KiB a token: 1,024 tokens is 8 MiB
+    nbytes = t * 4096 * 2.0
+    per_call = _allreduce(p, _shard(2), t, h200, []) / 65.0
+    custom = p.allreduce_s(nbytes, 2, graph=True)
+    nccl = p.allreduce_s(nbytes, 2)
+    assert custom is not None and nccl is not None
+    np.testing.assert_allclose(per_call[0], custom[0], rtol=1e-12)  # a graph step: no copy
+    copy = 2.0 * nbytes / h200.hbm_bandwidth
+    np.testing.assert_allclose(per_call[1:3], custom[1:3] + copy[1:3], rtol=1e-12)
+    assert nbytes[3] == CUSTOM_AR_MAX_BYTES
+    np.testing.assert_allclose(per_call[3:], nccl[3:], rtol=1e-12)
+    # an imported profile's eager table timed the custom kernel eagerly: it prices those steps itself
+    imported = Predictors(Path("synthetic"), {"impl": {"comm": ["vLLM custom all-reduce (eager)"]}}, {}, None, ar)
+    np.testing.assert_allclose(_allreduce(imported, _shard(2), t, h200, [])[1:] / 65.0, nccl[1:], rtol=1e-12)
+    # four GPUs over PCIe: vLLM turns the custom kernel off, the eager steps stay on NCCL
+    l40s = load_device("l40s")
+    pcie = _allreduce(p, _shard(4), t, l40s, []) / 65.0
+    np.testing.assert_allclose(pcie[1:], p.allreduce_s(nbytes[1:], 4), rtol=1e-12)

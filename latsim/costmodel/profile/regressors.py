@@ -155,6 +155,12 @@ class Predictors:
             out = np.where(take, np.exp(np.interp(lx, lb, ls)), out)
         return np.asarray(out, dtype=np.float64)
 
+    def eager_allreduce_is_custom(self) -> bool:
+        """Whether the profile's eager all-reduce table (``worlds``) timed vLLM's custom all-reduce
+        (an imported profile's source) rather than NCCL."""
+        impl = (self.profile.get("impl") or {}).get("comm") or []
+        return any("custom" in str(name) and "eager" in str(name) for name in impl)
+
     def has_graph_allreduce(self, world: int) -> bool:
         """Whether the profile timed all-reduce inside CUDA graphs (``vllm_custom`` or ``nccl_graph``)."""
         return any(self._allreduce_table(m, world) is not None for m in ("vllm_custom", "nccl_graph"))

@@ -115,14 +115,34 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[
     return total + _allreduce(p, s, t, device, notes), notes
 
 
+CUSTOM_AR_MAX_BYTES = 8 * 1024 * 1024
+"""The largest message vLLM 0.25.1's custom all-reduce takes (``CustomAllreduce``'s default ``max_size``,
+8 MiB, kept where torch's symmetric memory is off); larger ones go to NCCL (or, with NVLink
+multicast on, to symmetric memory up to 64 MiB: priced as NCCL here)."""
+CUSTOM_AR_WORLDS = (2, 4, 6, 8)
+"""World sizes vLLM's custom all-reduce supports (``CustomAllreduce._SUPPORTED_WORLD_SIZES``)."""
+
+
+def custom_allreduce(tp: int, device: DeviceSpec) -> bool:
+    """Whether vLLM runs its custom all-reduce over ``tp`` GPUs of ``device``: a supported world
+    size, and two GPUs or all of them linked to each other (NVLink, AMD's Infinity Fabric; vLLM
+    turns it off for more than two PCIe-only GPUs)."""
+    linked = device.interconnect.startswith("nvlink") or device.interconnect == "infinity-fabric"
+    return tp in CUSTOM_AR_WORLDS and (tp == 2 or linked)
+
+
 def _allreduce(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec, notes: list[str]) -> Arr:
     """All-reduce seconds of a step of ``t`` tokens (two per layer plus one after the embedding).
 
     Steps of at most :data:`~latsim.costmodel.host.MAX_CUDAGRAPH_TOKENS` tokens replay a CUDA
     graph in vLLM, which then runs its custom all-reduce: the profile's in-graph tables when it
     has them, else the roofline's all-reduce (its latency is the custom kernel's,
-    ``data/costmodel/roofline.yaml``).  Larger steps run eagerly: the profile's NCCL table, else
-    the ring formula.
+    ``data/costmodel/roofline.yaml``).  Larger steps run eagerly: the profile's eager table, else
+    the ring formula.  vLLM 0.25.1 tries its custom all-reduce in eager steps too
+    (:func:`custom_allreduce`), for messages under :data:`CUSTOM_AR_MAX_BYTES`: where the eager
+    table timed NCCL (the H200's own profile; an imported profile's source timed the custom
+    kernel eagerly), those messages take the custom price instead, plus the copy of the input into
+    the kernel's registered buffer (read and write at the HBM bandwidth).
     """
     if s.tp == 1:
         return np.zeros_like(t)
@@ -135,6 +155,8 @@ def _allreduce(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec, notes: l
     if in_graph is None:
         notes.append(f"all-reduce over {s.tp} GPUs inside CUDA graphs not measured: roofline (custom all-reduce)")
         in_graph = _roofline_allreduce(nbytes, s.tp, device)
+    if custom_allreduce(s.tp, device) and not p.eager_allreduce_is_custom():
+        eager = np.where(nbytes < CUSTOM_AR_MAX_BYTES, in_graph + 2.0 * nbytes / device.hbm_bandwidth, eager)
     return count * np.where(t <= MAX_CUDAGRAPH_TOKENS, in_graph, eager)
 
 
