@@ -349,14 +349,19 @@ def with_host_ratios(table: pd.DataFrame, levels: list[Any], device: str,
                      host_speed: float | str = 1.0) -> pd.DataFrame:
     """``table`` (:func:`latsim.validate.compare.error_table` of ``levels``) with each Poisson
     level's ``host_ratio``: :func:`~latsim.sim.host_report.decode_host_ratio` of its replay,
-    deployed as :func:`~latsim.validate.compare.replay_deployment` deploys it at ``host_speed``."""
+    deployed as :func:`~latsim.validate.compare.replay_deployment` deploys it at ``host_speed``;
+    none (so no cell of the band) for a level of a kind the shipped band does not describe
+    (:func:`deployment_why`: another TP, replicas, scheduling)."""
     from latsim.measure.records import read_meta
     from latsim.sim.host_report import decode_host_ratio
     from latsim.validate.compare import replay_deployment
 
-    ratios = {lv.run_dir: decode_host_ratio(replay_deployment(read_meta(lv.run_dir), device, host_speed),
-                                            lv.predicted)
-              for lv in levels if load_fraction(lv.level) is not None}
+    ratios = {}
+    for lv in levels:
+        deployment = replay_deployment(read_meta(lv.run_dir), device, host_speed)
+        kind = _kind(deployment, str(lv.predicted.get("cost_model")))
+        if load_fraction(lv.level) is not None and not kind_why(shipped_band(), **kind):
+            ratios[lv.run_dir] = decode_host_ratio(deployment, lv.predicted)
     return table.assign(host_ratio=table["run"].map(ratios))
 
 
