@@ -292,3 +292,14 @@ def test_eager_steps_run_the_custom_all_reduce_below_its_largest_message() -> No
     l40s = load_device("l40s")
     pcie = _allreduce(p, _shard(4), t, l40s, []) / 65.0
     np.testing.assert_allclose(pcie[1:], p.allreduce_s(nbytes[1:], 4), rtol=1e-12)
+
+
+def test_without_tables_the_all_reduce_does_not_drop_past_the_graph_size() -> None:
+    # a step of 513 tokens runs eagerly; its custom all-reduce costs what the 512-token graph's does, plus the copy
+    from latsim.catalog.lookup import load_device
+    from latsim.costmodel.profile.tabulate import _allreduce
+
+    t = np.array([512.0, 513.0, 900.0])
+    for device in ("h200", "l40s"):
+        got = _allreduce(_predictors(None), _shard(2), t, load_device(device), [])
+        assert got[0] < got[1] < got[2]
