@@ -138,7 +138,8 @@ class Predictors:
     def allreduce_s(self, nbytes: Arr, world: int, graph: bool = False) -> Arr | None:
         """Measured all-reduce seconds (log-log interpolation), or None without a table for ``world``.
 
-        ``graph=False``: the eager NCCL table (``worlds``), clamped at its end sizes.  ``graph=True``
+        ``graph=False``: the eager table (``worlds``: NCCL, or an imported source's eager custom
+        all-reduce, :meth:`eager_allreduce_is_custom`), clamped at its end sizes.  ``graph=True``
         (calls replayed in a CUDA graph): per size, the first of ``vllm_custom``, ``nccl_graph``,
         ``nccl`` whose largest measured size is at least ``nbytes`` (sizes below a table's smallest
         take its smallest time); sizes above every table take the last available one, clamped.
