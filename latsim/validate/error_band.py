@@ -358,9 +358,10 @@ def with_host_ratios(table: pd.DataFrame, levels: list[Any], device: str,
 
     ratios = {}
     for lv in levels:
+        if load_fraction(lv.level) is None:
+            continue
         deployment = replay_deployment(read_meta(lv.run_dir), device, host_speed)
-        kind = _kind(deployment, str(lv.predicted.get("cost_model")))
-        if load_fraction(lv.level) is not None and not kind_why(shipped_band(), **kind):
+        if not deployment_why(deployment, str(lv.predicted.get("cost_model"))):
             ratios[lv.run_dir] = decode_host_ratio(deployment, lv.predicted)
     return table.assign(host_ratio=table["run"].map(ratios))
 
