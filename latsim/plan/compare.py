@@ -27,7 +27,7 @@ from typing import Any
 
 from latsim.config import Settings
 from latsim.deployment import Deployment
-from latsim.plan.evaluate import evaluate
+from latsim.plan.evaluate import at_live_edge, evaluate, meets
 from latsim.plan.prices import price_of
 from latsim.plan.slo import PlanSLO
 
@@ -128,15 +128,13 @@ def _curve(deployment: Deployment, settings: Settings, rates: tuple[float, ...],
 
 def _point(deployment: Deployment, settings: Settings, slo: PlanSLO | None, replications: int,
            min_p_meet: float) -> dict[str, Any]:
-    from latsim.validate.error_band import for_prediction, targets_at_slow_edge
-
     s = evaluate(deployment, settings, slo, replications, settings.seed or 0)
     keep = ("p50", "p99", "p99_ci95")
-    meets = bool(s["stable"] and (s["p_meet"] or 0.0) >= min_p_meet) if slo else None
-    live = targets_at_slow_edge(for_prediction(deployment, s), slo.values(s), slo.as_dict())["meets"] if slo else None
+    met = meets(s, min_p_meet) if slo else None
+    live = at_live_edge(deployment, s, slo)["meets"] if slo else None
     return {"qps": settings.qps, "ttft_ms": {k: s["ttft_ms"][k] for k in keep},
             "tpot_ms": {k: s["tpot_ms"][k] for k in keep}, "stable": s["stable"], "p_meet": s["p_meet"],
-            "meets_slo": meets, "meets_slo_at_live_edge": None if live is None else bool(meets and live),
+            "meets_slo": met, "meets_slo_at_live_edge": None if live is None else bool(met and live),
             "throughput_rps": s["throughput_rps"], "output_tokens_per_s": s["output_tokens_per_s"],
             "replications": s["replications"]}
 

@@ -75,6 +75,23 @@ def _confidence(block: dict[str, Any], stat: str, limit: float) -> float:
     return float(stats.t.cdf((limit - point) / se, n - 1))
 
 
+def meets(summary: dict[str, Any], min_p_meet: float) -> bool:
+    """Whether an evaluation meets its SLO: stable, with ``p_meet`` at least ``min_p_meet``."""
+    return bool(summary["stable"] and (summary["p_meet"] or 0.0) >= min_p_meet)
+
+
+def at_live_edge(deployment: Deployment, summary: dict[str, Any], slo: PlanSLO,
+                 values: dict[str, float | None] | None = None) -> dict[str, Any]:
+    """``slo`` were the live engine at the slow edge of the live error band that describes
+    ``deployment`` at ``summary``'s operating point
+    (:func:`latsim.validate.error_band.targets_at_slow_edge`; ``meets`` None where no band does);
+    ``values``: ``slo.values(summary)`` when the caller has them."""
+    from latsim.validate.error_band import for_prediction, targets_at_slow_edge
+
+    return targets_at_slow_edge(for_prediction(deployment, summary),
+                                slo.values(summary) if values is None else values, slo.as_dict())
+
+
 def screened(deployment: Deployment, workload_settings: Settings, slo: PlanSLO, replications: int, seed: int,
              min_p_meet: float) -> dict[str, Any]:
     """:func:`evaluate`, but first one replication alone when ``min_p_meet`` > 0.5: if that run is

@@ -21,7 +21,7 @@ from typing import Any
 
 from latsim.config import Settings
 from latsim.deployment import Deployment
-from latsim.plan.evaluate import screened
+from latsim.plan.evaluate import at_live_edge, meets, screened
 from latsim.plan.slo import PlanSLO
 
 STEPS = 4
@@ -48,20 +48,13 @@ class RateProbe:
         return self.seen[rate]
 
     def meets(self, rate: float) -> bool:
-        """Stable with ``p_meet`` at least ``min_p_meet`` at ``rate``."""
-        s = self.summary(rate)
-        return bool(s["stable"] and (s["p_meet"] or 0.0) >= self.min_p_meet)
+        """The SLO met at ``rate`` (:func:`latsim.plan.evaluate.meets`)."""
+        return meets(self.summary(rate), self.min_p_meet)
 
     def meets_at_live_edge(self, rate: float) -> bool:
         """:meth:`meets`, and every target the error band covers met at its slow edge (False where
         the band does not reach this load or pace)."""
-        from latsim.validate.error_band import for_prediction, targets_at_slow_edge
-
-        if not self.meets(rate):
-            return False
-        s = self.summary(rate)
-        live = targets_at_slow_edge(for_prediction(self.deployment, s), self.slo.values(s), self.slo.as_dict())
-        return live["meets"] is True
+        return self.meets(rate) and at_live_edge(self.deployment, self.summary(rate), self.slo)["meets"] is True
 
 
 def max_rate_at_slo(probe: RateProbe, qps: float, bound: float, steps: int = STEPS) -> float | None:

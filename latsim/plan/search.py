@@ -25,11 +25,11 @@ import numpy as np
 from latsim.config import Settings
 from latsim.deployment import Deployment
 from latsim.plan.bounds import Bounds, capacity_bounds
-from latsim.plan.evaluate import screened
+from latsim.plan.evaluate import at_live_edge, meets, screened
 from latsim.plan.prices import Price, price_of
 from latsim.plan.rate import RateProbe, max_rate_at_live_edge, max_rate_at_slo
 from latsim.plan.slo import PlanSLO
-from latsim.validate.error_band import deployment_why, for_prediction, targets_at_slow_edge
+from latsim.validate.error_band import deployment_why
 
 ENGINE_KNOBS = tuple(itertools.product((None, 64, 128, 512), (None, 2048, 8192)))
 """(max_num_seqs, max_num_batched_tokens) tried with ``search_engine`` (None: the engine's default)."""
@@ -237,14 +237,13 @@ def _evaluate_row(s: Settings, deployment: Deployment, price: Price, bounds: Bou
     summary = screened(deployment, s, slo, options.replications, options.seed, options.min_p_meet)
     binding, headroom = slo.binding(summary)
     values = slo.values(summary)
-    live = targets_at_slow_edge(for_prediction(deployment, summary), values, slo.as_dict())
-    meets = bool(summary["stable"] and (summary["p_meet"] or 0.0) >= options.min_p_meet)
+    live = at_live_edge(deployment, summary, slo, values)
     ident = _identity(s, deployment)
     return {
         **ident,
         **{k: summary[k] for k in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")},
         "stable": summary["stable"], "saturation": summary["saturation"], "p_meet": summary["p_meet"],
-        "meets_slo": meets, "binding": binding, "headroom": headroom, "slo_values": values,
+        "meets_slo": meets(summary, options.min_p_meet), "binding": binding, "headroom": headroom, "slo_values": values,
         "meets_slo_at_live_edge": live,
         "max_rps_at_slo": None, "max_rps_at_slo_live_edge": None, "rate_bound_rps": bounds.max_rps,
         "throughput_rps": summary["throughput_rps"],
