@@ -82,25 +82,20 @@ class Pricer:
                                                        wbytes, w4a16=w4a16))
 
     def prefill_ms(self, q: float, ctx: np.ndarray) -> np.ndarray:
-        from latsim.costmodel.profile import features
-
-        hq, hkv, d = PREFILL_HEADS
         ctx = np.asarray(ctx, dtype=np.float64)
-        qa = np.full_like(ctx, q)
-        pairs = qa * ctx + qa * (qa + 1) / 2
-        flops, nbytes = 4.0 * d * hq * pairs, d * qa * hq * 4.0 + 4.0 * d * (qa + ctx) * hkv
-        roof = features.roofline_s(flops, nbytes, self.device.flops_for("bf16"), self.device.hbm_bandwidth)
-        return 1e3 * roof * self.predictors.attn_prefill_ratio(qa, ctx, PREFILL_HEADS, self.device)
+        return 1e3 * self.predictors.attn_prefill_s(np.full_like(ctx, q), ctx, PREFILL_HEADS, self.device)
 
     def layer_ms(self, dtype: str, model_name: str, m: float) -> float:
-        """One transformer layer's four linear GEMMs at ``m`` rows (TP 1)."""
+        """One transformer layer's linear GEMMs at ``m`` rows (TP 1), as the cost model lists them
+        (:func:`latsim.costmodel.profile.tabulate.step_gemms`)."""
         from latsim.catalog.lookup import load_model
+        from latsim.costmodel.profile.tabulate import step_gemms
+        from latsim.costmodel.shard import shard_model
 
-        model = load_model(model_name)
-        q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
-        shapes = [(model.hidden_size, q + 2 * kv), (q, model.hidden_size),
-                  (model.hidden_size, 2 * model.intermediate_size), (model.intermediate_size, model.hidden_size)]
-        return float(sum(self.gemm_ms(dtype, k, n, np.array([m]))[0] for k, n in shapes))
+        rows = np.array([m])
+        return float(sum(1e3 * self.predictors.gemm_s(rows, k, n, self.device, compute, wbytes, w4a16=w4a16)[0]
+                         for k, n, _, compute, wbytes, w4a16 in step_gemms(shard_model(load_model(model_name), 1,
+                                                                                        dtype))))
 
 
 def class_kernel(dtype: str) -> tuple[str, float, bool]:

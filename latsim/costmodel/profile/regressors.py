@@ -71,12 +71,23 @@ class Predictors:
         """measured / roofline of one sequence's chunk of ``q`` tokens after ``ctx`` cached, over a
         cache of ``kv_bytes`` per element (the calibrated model's roofline); over an fp8 cache the
         fp8-cache rows when the profile has them."""
+        return self._attn_prefill(q, ctx, heads, device, kv_bytes)[1]
+
+    def attn_prefill_s(self, q: Arr, ctx: Arr, heads: tuple[int, int, int], device: DeviceSpec,
+                       kv_bytes: float = 2.0) -> Arr:
+        """One prefill attention call (one layer) in seconds: the roofline times
+        :meth:`attn_prefill_ratio`."""
+        roof, ratio = self._attn_prefill(q, ctx, heads, device, kv_bytes)
+        return roof * ratio
+
+    def _attn_prefill(self, q: Arr, ctx: Arr, heads: tuple[int, int, int], device: DeviceSpec,
+                      kv_bytes: float) -> tuple[Arr, Arr]:
         hq, hkv, d = heads
         pairs = q * ctx + q * (q + 1) / 2
         flops, nbytes = 4.0 * d * hq * pairs, d * q * hq * (kv_bytes + 2.0) + 2.0 * d * (q + ctx) * hkv * kv_bytes
         roof = features.roofline_s(flops, nbytes, device.flops_for("bf16"), device.hbm_bandwidth)
         cols = {"q": q, "ctx": ctx, "hq": np.full_like(q, hq), "hkv": np.full_like(q, hkv), "d": np.full_like(q, d)}
-        return self.ratio(self._kv_family("attn_prefill", kv_bytes), cols, roof)
+        return roof, self.ratio(self._kv_family("attn_prefill", kv_bytes), cols, roof)
 
     def _kv_family(self, family: str, kv_bytes: float) -> str:
         """``family`` or its fp8-cache variant (a 1-byte cache and a profile that measured it)."""

@@ -83,7 +83,7 @@ def _act_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
     return out
 
 
-def _gemms(s: ShardSpec) -> list[tuple[int, int, int, str, float, bool]]:
+def step_gemms(s: ShardSpec) -> list[tuple[int, int, int, str, float, bool]]:
     """(K, N, layers, compute dtype, weight bytes, runs the W4A16 kernel) of every T-row GEMM of
     one GPU: the linear layers in the checkpoint's quantization, the MoE router in bf16."""
     up = 2 if s.gated else 1
@@ -103,7 +103,7 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[
     """Seconds of every T-dependent operator at ``t`` tokens, and notes on fallbacks."""
     notes: list[str] = []
     total = np.zeros_like(t)
-    for k, n, layers, dtype, wb, w4a16 in _gemms(s):
+    for k, n, layers, dtype, wb, w4a16 in step_gemms(s):
         total = total + layers * p.gemm_s(t, k, n, device, dtype, wb, w4a16=w4a16)
     if s.experts and s.moe_layers:
         shape = (s.experts, s.top_k, s.hidden, s.expert_width)
