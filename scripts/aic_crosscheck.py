@@ -7,7 +7,7 @@ and absolute difference in percent, next to the native regressor's own error on 
 rows (what "agreement" can be at best).  Where the two tables hold the same shape, the
 measurements are also compared directly (``exact``).  The bf16 GEMMs of large layers are also
 given by row count and timer (:func:`gemm_by_rows`): it is how the native rows of exactly 512
-tokens, the CUDA-graph size, were found to read about 16 % over the imported ones while every
+tokens, the CUDA-graph size, were found to read about 14 % over the imported ones while every
 other row count agrees within a few percent (``data/power/README.md``).  All-reduce: latsim's eager NCCL table vs
 the imported eager custom all-reduce, per world size and message size present in both.
 

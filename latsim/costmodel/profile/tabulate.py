@@ -147,6 +147,7 @@ def _allreduce(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec, notes: l
     if s.tp == 1:
         return np.zeros_like(t)
     count, nbytes = 2.0 * s.layers + 1.0, t * s.hidden * s.act_bytes
+    custom = custom_allreduce(s.tp, device)
     in_graph = p.allreduce_s(nbytes, s.tp, graph=True) if p.has_graph_allreduce(s.tp) else None
     if in_graph is None:
         notes.append(f"all-reduce over {s.tp} GPUs inside CUDA graphs not measured: roofline (custom all-reduce)")
@@ -154,9 +155,9 @@ def _allreduce(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec, notes: l
     eager = p.allreduce_s(nbytes, s.tp)
     if eager is None:
         notes.append(f"eager all-reduce over {s.tp} GPUs not measured: ring formula on the catalog's interconnect "
-                     "bandwidth" + (f" past {CUSTOM_AR_MAX_BYTES >> 20} MiB" if custom_allreduce(s.tp, device) else ""))
+                     "bandwidth" + (f" past {CUSTOM_AR_MAX_BYTES >> 20} MiB" if custom else ""))
         eager = 2.0 * (s.tp - 1) / s.tp * nbytes / device.interconnect_bw
-    if custom_allreduce(s.tp, device) and not p.eager_allreduce_is_custom():
+    if custom and not p.eager_allreduce_is_custom():
         eager = np.where(nbytes < CUSTOM_AR_MAX_BYTES, in_graph + 2.0 * nbytes / device.hbm_bandwidth, eager)
     return count * np.where(t <= MAX_CUDAGRAPH_TOKENS, in_graph, eager)
 
