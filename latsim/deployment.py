@@ -16,6 +16,10 @@ from latsim.costmodel.host import check_host_speed
 from latsim.registry import check_engine_name, engine_spec
 
 ROUTERS = ("round-robin", "least-outstanding")
+EXECUTORS = ("uni", "mp")
+"""Where an engine runs the model: ``uni``, in its engine-core process (vLLM's default on one GPU);
+``mp``, in one worker process per GPU (its default above one), which changes how a step run
+without CUDA graphs overlaps the others (:mod:`latsim.engines.vllm.launch`)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class EngineConfig:
     host_speed: float = 1.0
     """The serving host's CPU speed relative to the one latsim's engine CPU terms describe
     (0.5: half as fast; ``latsim host-speed`` estimates it on the machine it runs on)."""
+    executor: str | None = None
+    """:data:`EXECUTORS`; ``None``: the engine's default for the deployment's GPUs per engine."""
 
     def __post_init__(self) -> None:
         check_engine_name(self.engine)
@@ -49,6 +55,9 @@ class EngineConfig:
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         check_host_speed(self.host_speed)
+        if self.executor is not None and self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)} (uni: the model in the engine's "
+                             f"own process; mp: worker processes), got {self.executor!r}")
         if self.block_size not in (1, 2, 4, 8, 16, 32, 64, 128, 256):
             raise ValueError(f"block_size must be a power of two in 1..256, got {self.block_size}")
 
@@ -97,12 +106,15 @@ class Deployment:
 
 
 def resolve_engine(deployment: Deployment) -> EngineConfig:
-    """Fill the engine's defaulted knobs for this device (max_model_len is left to the memory plan)."""
+    """Fill the engine's defaulted knobs for this device and tensor parallelism (max_model_len is
+    left to the memory plan)."""
     cfg = deployment.engine
-    tokens, seqs = engine_spec(cfg.engine).server_defaults(deployment.device)
+    spec = engine_spec(cfg.engine)
+    tokens, seqs = spec.server_defaults(deployment.device)
     tokens = cfg.max_num_batched_tokens or tokens
     return replace(
         cfg,
         max_num_batched_tokens=tokens,
         max_num_seqs=cfg.max_num_seqs or min(seqs, tokens),  # as vLLM's EngineArgs caps a defaulted one
+        executor=cfg.executor or spec.default_executor(deployment.tp),
     )

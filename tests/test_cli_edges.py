@@ -149,3 +149,8 @@ def test_out_says_what_it_wrote_and_the_summary_has_the_inputs(as_json, tmp_path
     assert summary["inputs"]["workload"]["num_requests"] == 20 and summary["inputs"]["device"] == "h100"
     if as_json:
         assert json.loads(out)["inputs"] == summary["inputs"]
+
+
+def test_an_unknown_executor_names_the_accepted_ones(monkeypatch, capsys):
+    code, _, err = run(["predict", *SMALL, "--executor", "ray"], monkeypatch, capsys)
+    assert code == 2 and "'ray'" in err and "uni" in err and "mp" in err and len(err.strip().splitlines()) == 1

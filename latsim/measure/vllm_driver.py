@@ -188,6 +188,7 @@ def engine_config_snapshot(engine: Any) -> dict[str, Any]:
         "dtype": _get(model, "dtype"),
         "tp": _get(par, "tensor_parallel_size"),
         "pp": _get(par, "pipeline_parallel_size"),
+        "executor": _get(par, "distributed_executor_backend"),
         "cudagraph_mode": _get(comp, "cudagraph_mode"),
     }
 

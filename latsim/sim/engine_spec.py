@@ -49,6 +49,8 @@ class EngineSpec:
       same decisions, or ``None`` when the engine has none.
     - ``graph_tokens(engine)``: the most tokens a step may have and replay a CUDA graph
       (``None``: every step is priced as a graph replay).
+    - ``default_executor(tp)``: where the model runs when the deployment does not say, for an
+      engine of ``tp`` GPUs (:data:`latsim.deployment.EXECUTORS`).
     - ``overlaps_host(engine)``: whether the engine's CPU work overlaps the GPU's.
     - ``host_terms(kind)``: the engine's fitted CPU-side terms for a GPU model of ``kind``.
     """
@@ -59,5 +61,6 @@ class EngineSpec:
     make_scheduler: Callable[[EngineConfig, KvPlan], Scheduler]
     make_fast: Callable[[EngineConfig, KvPlan], FastForward | None]
     graph_tokens: Callable[[EngineConfig], int | None]
+    default_executor: Callable[[int], str]
     overlaps_host: Callable[[EngineConfig], bool]
     host_terms: Callable[[str], HostOverhead]

@@ -19,7 +19,7 @@ from latsim.catalog.hf_config import parse_hf_config
 from latsim.catalog.lookup import load_device
 from latsim.catalog.quant_resolve import AUTO
 from latsim.costmodel.host import HOST_SPEED_RANGE, check_host_speed
-from latsim.deployment import Deployment, EngineConfig
+from latsim.deployment import EXECUTORS, Deployment, EngineConfig
 from latsim.engines.vllm.host_terms import reference_probe_s
 from latsim.measure.records import load_run
 
@@ -116,10 +116,23 @@ def deployment_for(meta: dict, device: str) -> Deployment:
         block_size=ec.get("block_size") or 16, gpu_memory_utilization=ec.get("gpu_memory_utilization") or 0.92,
         max_model_len=ec.get("max_model_len"), enable_chunked_prefill=ec.get("chunked_prefill", True),
         enable_prefix_caching=ec.get("prefix_caching", True), async_scheduling=ec.get("async_scheduling", True),
-        num_gpu_blocks=ec.get("num_gpu_blocks"),
+        num_gpu_blocks=ec.get("num_gpu_blocks"), executor=run_executor(meta),
     )
     return Deployment(model=model, device=load_device(device), tp=ec.get("tp") or 1, engine=engine,
                       kv_dtype=engine_kv_dtype(ec.get("kv_cache_dtype")))
+
+
+def run_executor(meta: dict) -> str | None:
+    """Where the run's engine ran the model (:data:`~latsim.deployment.EXECUTORS`): the engine's
+    recorded executor, else the one the measuring command asked for (``engine_args``), else
+    ``None`` (vLLM's default for its GPUs); an executor latsim does not model is an error."""
+    recorded = (meta.get("engine_config") or {}).get("executor")
+    asked = (meta.get("engine_args") or {}).get("distributed_executor_backend")
+    executor = recorded if recorded is not None else asked
+    if executor is None or executor in EXECUTORS:
+        return executor
+    raise ValueError(f"the run's engine ran the model with executor {executor!r}; latsim models "
+                     f"{', '.join(EXECUTORS)}")
 
 
 SIXTEEN_BIT_CACHE = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}

@@ -62,6 +62,31 @@ def test_after_idle_no_earlier_step_is_held() -> None:
     assert clock.held == {} and decision == pytest.approx(1.02) and end == pytest.approx(1.022)
 
 
+def test_a_worker_launch_holds_nothing_and_the_next_decision_does_not_wait() -> None:
+    """vLLM's multiprocess executor: the worker launches while the engine core decides on."""
+    clock = LaunchClock(in_worker=True, last_end=1.0)
+    end, decision = clock.step(LaunchCost(launch=0.02, tail=0.002), BIG, 0.995, 1.0, 1.010)
+    assert decision == 1.0 and clock.held == {}  # the step before goes out when it ends
+    assert end == pytest.approx(1.017)  # the step itself still waits for its launch and the tail
+
+
+def test_a_worker_launches_one_step_at_a_time() -> None:
+    clock = LaunchClock(in_worker=True, last_end=1.0)
+    first, decision = clock.step(LaunchCost(launch=0.02, tail=0.002), BIG, 0.995, 1.0, 1.010)
+    # the next step was decided when the first one started, during its launch (ends 1.015)
+    second, _ = clock.step(LaunchCost(launch=0.02, tail=0.002), BIG, decision, first, first + 0.01)
+    assert second == pytest.approx(1.015 + 0.02 + 0.002)  # launched after the worker's first launch
+    assert clock.held == {}
+
+
+def test_in_the_engine_core_the_same_steps_hold_and_wait() -> None:
+    clock = LaunchClock(last_end=1.0)
+    first, decision = clock.step(LaunchCost(launch=0.02, tail=0.002), BIG, 0.995, 1.0, 1.010)
+    second, _ = clock.step(LaunchCost(launch=0.02, tail=0.002), BIG, decision, first, first + 0.01)
+    assert decision == pytest.approx(1.015) and second == pytest.approx(1.015 + 0.02 + 0.002)
+    assert set(clock.held) == {1.0, first}
+
+
 def test_release_moves_first_token_and_finish_stamped_at_a_held_step_end() -> None:
     a, b, c = Req(0, 0.0, 10, 2), Req(1, 0.0, 10, 2), Req(2, 0.0, 10, 2)
     a.first_token, a.finish = 1.0, 2.0
@@ -110,13 +135,24 @@ def test_the_first_token_of_a_prompt_waits_for_the_next_prompts_launch() -> None
     assert held.records["first_scheduled_s"].iloc[1] < plain.records["first_scheduled_s"].iloc[1]  # one step sooner
 
 
+def test_a_worker_executor_sends_the_first_prompts_token_before_the_next_launch_ends() -> None:
+    """The two prompts of the test above, the model run by a worker process: the first prompt's
+    token is not held, and the second prompt (arriving during the first's launch) waits for the
+    step after the next decision instead."""
+    cost = LaunchCost(launch=0.02, tail=0.002)
+    core = simulate(small_deployment(async_scheduling=True), two_prompts(0.001), cost_model=cost)
+    worker = simulate(small_deployment(async_scheduling=True, executor="mp"), two_prompts(0.001), cost_model=cost)
+    assert worker.records["first_token_s"].iloc[0] < core.records["first_token_s"].iloc[0] - 0.015
+    assert worker.records["first_scheduled_s"].iloc[1] > core.records["first_scheduled_s"].iloc[1]
+
+
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), launch=st.floats(0.0, 0.05),
        tail=st.floats(0.0, 0.01), launch_from=st.sampled_from([16, 64, 512]), seqs=st.integers(1, 96),
-       sigma=st.sampled_from([0.0, 0.3]))
-def test_fast_engine_equals_reference_with_launches(seed, qps, launch, tail, launch_from, seqs, sigma):
+       sigma=st.sampled_from([0.0, 0.3]), executor=st.sampled_from(["uni", "mp"]))
+def test_fast_engine_equals_reference_with_launches(seed, qps, launch, tail, launch_from, seqs, sigma, executor):
     trace = random_trace(seed, 70, qps, 700, 120, 2)
-    dep = small_deployment(async_scheduling=True, max_num_seqs=seqs)
+    dep = small_deployment(async_scheduling=True, max_num_seqs=seqs, executor=executor)
     cost = LaunchCost(launch, tail, launch_from, sigma)
     fast = simulate(dep, trace, cost_model=cost, fast_forward=True, seed=seed)
     ref = simulate(dep, trace, cost_model=cost, fast_forward=False, seed=seed)

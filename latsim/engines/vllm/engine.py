@@ -14,7 +14,8 @@ from latsim.sim.engine_spec import EngineSpec, KvPlan
 def limits_for(engine: EngineConfig, memory: KvPlan) -> SchedulerLimits:
     """Resolved scheduler limits (``engine`` must come from ``resolve_engine``).
 
-    ``async_scheduling`` follows the deployment (vLLM 0.25.1 turns it on by default);
+    ``async_scheduling`` and ``executor`` follow the deployment (vLLM 0.25.1 turns the first on by
+    default and picks the second by the GPUs of an engine: :func:`default_executor`);
     ``scheduler_reserve_full_isl`` keeps vLLM's default (on).
     """
     assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None
@@ -29,6 +30,7 @@ def limits_for(engine: EngineConfig, memory: KvPlan) -> SchedulerLimits:
         enable_chunked_prefill=engine.enable_chunked_prefill,
         enable_prefix_caching=engine.enable_prefix_caching,
         async_scheduling=engine.async_scheduling,
+        executor=engine.executor or "uni",
     )
 
 
@@ -69,6 +71,12 @@ def graph_tokens(engine: EngineConfig) -> int:
     return cudagraph_limit(engine.max_num_seqs, engine.max_num_batched_tokens)
 
 
+def default_executor(tp: int) -> str:
+    """vLLM 0.25.1's executor for an engine of ``tp`` GPUs on one host (``ParallelConfig``): the
+    model in the engine-core process (``uni``) on one GPU, worker processes (``mp``) above."""
+    return "mp" if tp > 1 else "uni"
+
+
 SPEC = EngineSpec(
     name="vllm",
     server_defaults=server_defaults,
@@ -76,6 +84,7 @@ SPEC = EngineSpec(
     make_scheduler=lambda engine, memory: VllmScheduler(limits_for(engine, memory), memory.num_blocks),
     make_fast=lambda engine, memory: FastVllmScheduler(limits_for(engine, memory), memory.num_blocks),
     graph_tokens=graph_tokens,
+    default_executor=default_executor,
     overlaps_host=lambda engine: engine.async_scheduling,
     host_terms=default_host_overhead,
 )

@@ -1,6 +1,7 @@
 """Launching a step that runs without CUDA graphs, under asynchronous scheduling.
 
-vLLM 0.25.1's asynchronous engine loop, once step N-1's outputs have gone out: decide step
+vLLM 0.25.1's asynchronous engine loop with the model in the engine-core process (its
+uniprocess executor, the default on one GPU), once step N-1's outputs have gone out: decide step
 N+1, launch it, wait for step N to finish, send out step N's outputs, decide step N+2, ...
 Launching a graph step is one replay (cheap; the cost model's host term covers the CPU time);
 a step too large for the captured graphs is launched kernel by kernel from Python, which takes
@@ -24,6 +25,14 @@ clock's own generator (seeded per replica, drawn in step order: the fast and the
 engine draw the same numbers).  Without a launch term (a plain cost model,
 synchronous scheduling, graph steps) nothing changes.
 
+With vLLM's multiprocess executor (``in_worker``; its default above one GPU), a worker process
+runs the model and launches the kernels while the engine-core process schedules, and a
+separate thread of the worker sends each step's outputs as soon as its tokens are on the host:
+the step before is not held and the next decision does not wait for the launch (seen in the
+TP=2 runs' streamed tokens: the long gap falls before the prompt's first token, not before
+the step preceding it).  The worker launches one step at a time, so a launch starts when its
+step was decided or when the worker's previous launch ended, whichever is later.
+
 Before any of this, the replica's :class:`~latsim.costmodel.power.PowerClock` moves the priced
 end of a heavy step by the GPU's clock under its power cap (a no-op without power data).
 """
@@ -43,11 +52,17 @@ from latsim.sim.request import Req
 
 @dataclass
 class LaunchClock:
-    """One replica's graph-less launches: the step end each step starts from, and the held outputs."""
+    """One replica's graph-less launches: the step end each step starts from, and the held outputs
+    (``in_worker``: launched by a worker process, nothing held; see the module note)."""
+
+    in_worker: bool = False
+    """The model runs in worker processes (vLLM's multiprocess executor), not in the engine core."""
 
     held: dict[float, float] = field(default_factory=dict)
     """Step end -> when that step's outputs went out (only steps whose outputs were held)."""
     last_end: float = -math.inf
+    worker_free: float = -math.inf
+    """When the worker's last launch ended (``in_worker`` only)."""
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     power: PowerClock = field(default_factory=PowerClock)
     """The GPU's power state (the same replica's GPU)."""
@@ -59,7 +74,8 @@ class LaunchClock:
 
     def step(self, cost: CostModel, shape: BatchShape, decided: float, start: float, end: float) -> tuple[float, float]:
         """``(end, next decision)`` of a step decided at ``decided`` and run from ``start`` to
-        ``end`` as the cost model priced it; records a held release of the step before."""
+        ``end`` as the cost model priced it; records a held release of the step before (in the
+        engine-core process only)."""
         end = self.power.end(cost, shape, start, end)
         launch = cost.launch_s(shape)
         if launch <= 0.0:
@@ -68,12 +84,16 @@ class LaunchClock:
         sigma = cost.launch_sigma
         if sigma > 0.0:
             launch *= math.exp(sigma * float(self.rng.standard_normal()))
-        launch_end = decided + launch
+        if self.in_worker:
+            launch_end = max(decided, self.worker_free) + launch
+            self.worker_free = launch_end
+        else:
+            launch_end = decided + launch
         tail_end = launch_end + cost.launch_tail_s
         if tail_end > end:
             end = tail_end
         decision = start
-        if launch_end > start:
+        if launch_end > start and not self.in_worker:
             decision = launch_end
             if self.last_end == start:  # outputs of the step just before, stamped at ``start``
                 self.held[start] = launch_end

@@ -59,7 +59,8 @@ class SchedulerLimits:
 
     ``scheduler_reserve_full_isl`` is vLLM's admission gate (default on, as in vLLM 0.25.1);
     ``async_scheduling`` defaults to off here, the setting of the step-indexed differential
-    runs, while deployments default to vLLM's on (``EngineConfig.async_scheduling``).
+    runs, while deployments default to vLLM's on (``EngineConfig.async_scheduling``);
+    ``executor`` defaults to the engine-core process, vLLM's on one GPU.
     """
 
     max_num_seqs: int
@@ -71,6 +72,10 @@ class SchedulerLimits:
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
     async_scheduling: bool = False
+    executor: str = "uni"
+    """Where the model runs: ``uni``, in the engine-core process; ``mp``, in worker processes
+    (:data:`latsim.deployment.EXECUTORS`); sets how graph-less launches overlap
+    (:class:`~latsim.engines.vllm.launch.LaunchClock`)."""
 
     def __post_init__(self) -> None:
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
@@ -97,7 +102,7 @@ class VllmScheduler:
         self.running: list[Req] = []
         self.waiting: deque[Req] = deque()
         self.zombies: list[Req] = []
-        self.launch = LaunchClock()  # graph-less launches under asynchronous scheduling
+        self.launch = LaunchClock(in_worker=limits.executor == "mp")  # graph-less launches (asynchronous)
         self.num_preemptions = 0
         self.num_admitted = 0  # admissions so far (Req.seq: running order)
         self.step_index = 0
