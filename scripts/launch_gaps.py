@@ -41,9 +41,11 @@ import numpy as np
 
 from latsim.costmodel.host import check_host_speed
 from latsim.engines.vllm import host_write
+from latsim.engines.vllm.engine import default_executor
 from latsim.engines.vllm.host_terms import read_host_terms
 from latsim.measure.records import load_run
 from latsim.provenance import round_decimals, run_inputs, significant
+from latsim.validate.compare import run_executor
 
 HELD_S = 8e-3
 SPLIT_S = 5e-4
@@ -86,10 +88,21 @@ def carrying_emission(emissions: np.ndarray, first_tokens: np.ndarray) -> np.nda
     return np.searchsorted(emissions, first_tokens, side="right") - 1
 
 
+def check_engine_core(meta: dict, run: Path) -> None:
+    """SystemExit unless the run's engine launched in its engine-core process: in worker processes
+    (vLLM's multiprocess executor, its default above one GPU) no output is held, so a held gap is
+    no launch (``docs/step-time-model.md``, "In a worker process")."""
+    executor = run_executor(meta) or default_executor(int((meta.get("engine_config") or {}).get("tp") or 1))
+    if executor != "uni":
+        raise SystemExit(f"{run}: its engine ran the model in worker processes (executor {executor}); its outputs "
+                         "are not held by a launch, so its gaps measure none")
+
+
 def gaps(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(launch gaps, tails, sequences of the launched step) of the held first tokens of ``run``,
-    gaps in seconds, and its layer count."""
+    gaps in seconds, and its layer count (:func:`check_engine_core` first)."""
     m = load_run(run)
+    check_engine_core(m.meta, run)
     ok = m.requests[m.requests["status"] == "ok"]
     times = np.sort(np.concatenate([np.asarray(c, dtype=float) for c in ok["chunk_times_s"]]))
     emissions, counts = split_emissions(times)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.script_module import load_script
 
@@ -34,3 +35,12 @@ def test_a_first_token_late_in_its_emission_is_carried_by_that_emission() -> Non
     starts, _ = lg.split_emissions(times)
     first_tokens = np.array([times[159], times[80], times[-1]])  # last of the 2nd, first of the 2nd, last
     assert lg.carrying_emission(starts, first_tokens).tolist() == [1, 1, 2]
+
+
+@pytest.mark.parametrize("meta", [{"engine_config": {"tp": 2}},
+                                  {"engine_config": {"tp": 1}, "engine_args": {"distributed_executor_backend": "mp"}}])
+def test_a_run_whose_model_ran_in_worker_processes_is_refused(meta) -> None:
+    lg = load_script(Path("launch_gaps.py"))
+    with pytest.raises(SystemExit, match="worker processes"):
+        lg.check_engine_core(meta, Path("run"))
+    lg.check_engine_core({"engine_config": {"tp": 1}}, Path("run"))  # the engine core: measured
