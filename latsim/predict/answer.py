@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from latsim.config import Settings
+from latsim.registry import engine_spec
 from latsim.workload.trace import RequestTrace
 
 SUMMARY_KEYS = ("num_requests", "num_completed", "num_rejected", "num_unfinished", "preemptions",
@@ -32,8 +33,9 @@ SURROGATE_LIVE_ERROR = ("a surrogate answer: its own error is surrogate.held_out
 
 TRAINED_ENGINE = {"engine": "vllm", "block_size": 16, "gpu_memory_utilization": 0.92, "enable_chunked_prefill": True,
                   "enable_prefix_caching": True, "async_scheduling": True, "num_gpu_blocks": None,
-                  "host_speed": 1.0, "max_model_len": None, "router": "round-robin"}
-"""Settings every training configuration had; another value is outside the domain."""
+                  "host_speed": 1.0, "max_model_len": None, "router": "round-robin", "executor": None}
+"""Settings every training configuration had; another value is outside the domain (an executor
+given as the engine's default for the row's TP is the default)."""
 
 
 def summarize_trace(trace: RequestTrace) -> dict[str, float]:
@@ -71,7 +73,8 @@ def config_row(settings: Settings, trace: RequestTrace) -> tuple[pd.DataFrame, l
     if not settings.trace and settings.qps:
         row["qps"] = float(settings.qps)  # the process's rate, not one sample's
     unsupported = [f"{k}={value(k)!r} (trained on {v!r})" for k, v in TRAINED_ENGINE.items()
-                   if value(k) != v and not (k == "router" and int(row["replicas"]) == 1)]
+                   if value(k) != v and not (k == "router" and int(row["replicas"]) == 1)
+                   and not (k == "executor" and value(k) == engine_spec("vllm").default_executor(int(row["tp"])))]
     if not settings.trace and value("arrival") != "poisson":
         unsupported.append(f"arrival={value('arrival')!r} (trained on 'poisson')")
     return pd.DataFrame([row]), unsupported

@@ -205,14 +205,15 @@ def kind_why(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: 
              default_scheduling: bool) -> str:
     """"" when ``band`` describes this kind of deployment (at some load and pace): the measured
     engine family, GPU and cost model, one engine at the measured TP, vLLM's default scheduling
-    (asynchronous, chunked prefill); else why not."""
+    (asynchronous, chunked prefill) and executor (the model in the engine-core process on one
+    GPU); else why not."""
     family = band.engine.split("-")[0]
     checks = (
         (engine == family, f"measured live on {family} only"),
         (device == band.device, f"measured live on {band.device} only"),
         (cost_model == band.cost_model, f"measured live with the {band.cost_model} cost model only"),
         (tp == band.tp and replicas == 1, f"measured live on one engine at TP={band.tp} only"),
-        (default_scheduling, "measured live with the engine's default scheduling only"),
+        (default_scheduling, "measured live with the engine's default scheduling and executor only"),
     )
     return next((why for ok, why in checks if not ok), "")
 
@@ -272,8 +273,12 @@ def deployment_why(deployment: Any, cost_model: str, band: ErrorBand | None = No
 
 
 def _kind(deployment: Any, cost_model: str) -> dict[str, Any]:
+    from latsim.registry import engine_spec
+
     engine = deployment.engine
-    default_scheduling = engine.async_scheduling and engine.enable_chunked_prefill and engine.static_batch_size is None
+    default_executor = engine.executor in (None, engine_spec(engine.engine).default_executor(deployment.tp))
+    default_scheduling = (engine.async_scheduling and engine.enable_chunked_prefill and engine.static_batch_size is None
+                          and default_executor)
     return {"engine": engine.engine, "device": deployment.device.name, "cost_model": cost_model,
             "tp": deployment.tp, "replicas": deployment.replicas, "default_scheduling": default_scheduling}
 

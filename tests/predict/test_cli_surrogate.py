@@ -41,6 +41,16 @@ def test_outside_the_domain_the_simulator_answers_and_says_why(monkeypatch, caps
     assert any("block_size=32" in r for r in answer["surrogate"]["reasons"])
 
 
+@pytest.mark.parametrize(("tp", "inside"), [("1", False), ("2", True)])
+def test_an_executor_other_than_vllms_default_is_outside_the_domain(tp, inside, monkeypatch, capsys):
+    """The training rows ran vLLM's executor for their TP: worker processes above one GPU only."""
+    code, out, err = run([*BASE, "--surrogate", "--tp", tp, "--executor", "mp"], monkeypatch, capsys)
+    assert code == 0
+    answer = json.loads(out)
+    assert answer["surrogate"]["in_domain"] is inside
+    assert ("executor='mp'" in err) is not inside
+
+
 def test_a_trace_is_summarised_into_the_features(tmp_path, monkeypatch, capsys):
     trace = tmp_path / "t.csv"
     rows = [f"{0.25 * i},{300 + 10 * (i % 5)},{60 + i % 7}" for i in range(41)]

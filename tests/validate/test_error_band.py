@@ -209,3 +209,14 @@ def test_plan_targets_at_the_slow_edge_cover_what_the_band_covers() -> None:
     assert away == {"meets": None, "why": "measured live on h200 only"}
     unfinished = eb.targets_at_slow_edge(validated, {"ttft_p50_ms": None}, {"ttft_p50_ms": 100.0})
     assert unfinished["meets"] is False
+
+
+@pytest.mark.parametrize(("executor", "tp", "described"), [(None, 1, True), ("uni", 1, True), ("mp", 1, False)])
+def test_the_band_describes_the_engines_default_executor_only(executor, tp, described) -> None:
+    from latsim.catalog.lookup import load_device, load_model
+    from latsim.deployment import Deployment, EngineConfig
+
+    deployment = Deployment(model=load_model("llama-3.1-8b"), device=load_device("h200"), tp=tp,
+                            engine=EngineConfig(executor=executor))
+    why = eb.deployment_why(deployment, "calibrated", _band())
+    assert (why == "") is described and (described or "executor" in why)
