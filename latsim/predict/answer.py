@@ -73,11 +73,19 @@ def config_row(settings: Settings, trace: RequestTrace) -> tuple[pd.DataFrame, l
     if not settings.trace and settings.qps:
         row["qps"] = float(settings.qps)  # the process's rate, not one sample's
     unsupported = [f"{k}={value(k)!r} (trained on {v!r})" for k, v in TRAINED_ENGINE.items()
-                   if value(k) != v and not (k == "router" and int(row["replicas"]) == 1)
-                   and not (k == "executor" and value(k) == engine_spec("vllm").default_executor(int(row["tp"])))]
+                   if not _as_trained(k, value(k), row)]
     if not settings.trace and value("arrival") != "poisson":
         unsupported.append(f"arrival={value('arrival')!r} (trained on 'poisson')")
     return pd.DataFrame([row]), unsupported
+
+
+def _as_trained(name: str, value: Any, row: dict[str, Any]) -> bool:
+    """Whether setting ``name`` at ``value`` is what every training row had (:data:`TRAINED_ENGINE`)
+    for a configuration like ``row``: the router of one replica does not matter, and vLLM's
+    default executor for the row's TP, given explicitly, is the default."""
+    if value == TRAINED_ENGINE[name] or (name == "router" and int(row["replicas"]) == 1):
+        return True
+    return name == "executor" and value == engine_spec("vllm").default_executor(int(row["tp"]))
 
 
 def _block(pred: pd.Series, metric: str) -> dict[str, float | None]:

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from latsim.paths import engine_data
+from latsim.registry import engine_spec
 
 BANDS: tuple[tuple[str, float, float], ...] = (("light", 0.0, 0.5), ("heavy", 0.5, 0.95))
 """(name, low, high]: the load bands, as offered rate over capacity.  Levels are measured at 0.1-0.9
@@ -273,8 +274,6 @@ def deployment_why(deployment: Any, cost_model: str, band: ErrorBand | None = No
 
 
 def _kind(deployment: Any, cost_model: str) -> dict[str, Any]:
-    from latsim.registry import engine_spec
-
     engine = deployment.engine
     default_executor = engine.executor in (None, engine_spec(engine.engine).default_executor(deployment.tp))
     default_scheduling = (engine.async_scheduling and engine.enable_chunked_prefill and engine.static_batch_size is None

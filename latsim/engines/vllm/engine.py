@@ -18,7 +18,7 @@ def limits_for(engine: EngineConfig, memory: KvPlan) -> SchedulerLimits:
     default and picks the second by the GPUs of an engine: :func:`default_executor`);
     ``scheduler_reserve_full_isl`` keeps vLLM's default (on).
     """
-    assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None
+    assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None and engine.executor is not None
     tokens = engine.max_num_batched_tokens
     if not engine.enable_chunked_prefill:  # a defaulted budget only: a given one is checked by plan_checked
         tokens = max(tokens, memory.max_model_len)
@@ -30,7 +30,7 @@ def limits_for(engine: EngineConfig, memory: KvPlan) -> SchedulerLimits:
         enable_chunked_prefill=engine.enable_chunked_prefill,
         enable_prefix_caching=engine.enable_prefix_caching,
         async_scheduling=engine.async_scheduling,
-        executor=engine.executor or "uni",
+        executor=engine.executor,
     )
 
 
