@@ -137,7 +137,7 @@ def replay(paths: list[Path], device: str, host_speed: float | str) -> tuple[lis
         levels.append(compare_run(path, device, host_speed=host_speed))
         print(f"\r{k}/{len(paths)} levels replayed at host speed {host_speed}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    return levels, with_host_ratios(error_table(levels), levels, device, host_speed)
+    return levels, with_host_ratios(error_table(levels), levels)
 
 
 def show(bands: dict) -> None:

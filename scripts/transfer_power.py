@@ -93,9 +93,9 @@ class Pricer:
         from latsim.costmodel.shard import shard_model
 
         rows = np.array([m])
-        return float(sum(1e3 * self.predictors.gemm_s(rows, k, n, self.device, compute, wbytes, w4a16=w4a16)[0]
-                         for k, n, _, compute, wbytes, w4a16 in step_gemms(shard_model(load_model(model_name), 1,
-                                                                                        dtype))))
+        gemms = step_gemms(shard_model(load_model(model_name), 1, dtype))
+        return float(sum(1e3 * self.predictors.gemm_s(rows, g.k, g.n, self.device, g.dtype, g.weight_bytes,
+                                                      w4a16=g.w4a16)[0] for g in gemms))
 
 
 def class_kernel(dtype: str) -> tuple[str, float, bool]:

@@ -29,16 +29,14 @@ def _add(table: dict[tuple[int, ...], list[str]], key: tuple[int, ...], tag: str
 
 
 def _gemms(s: Any) -> dict[str, tuple[int, int]]:
-    """(K, N) of each dense GEMM of one GPU, as ops.py shards them."""
-    up = (2 if s.gated else 1)
-    out = {"qkv": (s.hidden, s.q_width + 2 * s.kv_width), "o": (s.q_width, s.hidden),
-           "lm_head": (s.hidden, s.vocab_shard)}
-    if s.mlp_width:
-        out["gate_up"] = (s.hidden, up * s.mlp_width)
-        out["down"] = (s.mlp_width, s.hidden)
-    if s.shared_width:
-        out["shared_gate_up"] = (s.hidden, up * s.shared_width)
-        out["shared_down"] = (s.shared_width, s.hidden)
+    """(K, N) of each linear GEMM of one GPU: the step's (as the cost model lists them,
+    :func:`~latsim.costmodel.profile.tabulate.step_gemms`) and the LM head's.  The MoE router's
+    (a few to 128 columns, bf16 only) is left out: the grids' fp8 and 4-bit GEMMs take every
+    k-th shape of this table, and a new row would move that selection for every model."""
+    from latsim.costmodel.profile.tabulate import step_gemms
+
+    out = {g.op: (g.k, g.n) for g in step_gemms(s) if g.op != "router"}
+    out["lm_head"] = (s.hidden, s.vocab_shard)
     return out
 
 

@@ -71,7 +71,7 @@ def _band_check(levels, table, device: str, speed: float | str) -> None:
     band = shipped_band()
     if device != band.device:
         return
-    counts = inside_band(with_host_ratios(table, levels, device, speed), band, host_known=speed != 1.0)
+    counts = inside_band(with_host_ratios(table, levels), band, host_known=speed != 1.0)
     if counts.empty:
         return
     out.print(f"inside the live error band `latsim predict` prints (aim 80 %; levels it was built from count too): "

@@ -42,6 +42,8 @@ class LevelComparison:
     predicted_records: pd.DataFrame
     client_bound: bool = False
     host_probe_ms: float | None = None
+    deployment: Deployment | None = None
+    """The deployment the replay simulated (:func:`replay_deployment`)."""
 
 
 def host_probe_ms(meta: dict) -> float | None:
@@ -194,7 +196,7 @@ def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=N
     return LevelComparison(str(run_dir), str(m.meta.get("level", Path(run_dir).name)),
                            trace_meta.get("offered_qps"), measured, result.summary,
                            measured_records, result.records, client_bound(m.meta),
-                           host_probe_ms(m.meta))
+                           host_probe_ms(m.meta), deployment)
 
 
 def error_table(levels: list[LevelComparison]) -> pd.DataFrame:

@@ -349,24 +349,21 @@ def targets_at_slow_edge(validated: dict[str, Any], values: dict[str, float | No
     return {"meets": all(v <= limits[k] for k, v in out.items()), "values": out}
 
 
-def with_host_ratios(table: pd.DataFrame, levels: list[Any], device: str,
-                     host_speed: float | str = 1.0) -> pd.DataFrame:
+def with_host_ratios(table: pd.DataFrame, levels: list[Any]) -> pd.DataFrame:
     """``table`` (:func:`latsim.validate.compare.error_table` of ``levels``) with each Poisson
-    level's ``host_ratio``: :func:`~latsim.sim.host_report.decode_host_ratio` of its replay,
-    deployed as :func:`~latsim.validate.compare.replay_deployment` deploys it at ``host_speed``;
-    none (so no cell of the band) for a level of a kind the shipped band does not describe
-    (:func:`deployment_why`: another TP, replicas, scheduling)."""
-    from latsim.measure.records import read_meta
+    level's ``host_ratio``: :func:`~latsim.sim.host_report.decode_host_ratio` of the deployment its
+    replay simulated; none (so no cell of the band) for a level of a kind the shipped band does
+    not describe (:func:`deployment_why`: another TP, replicas, scheduling)."""
     from latsim.sim.host_report import decode_host_ratio
-    from latsim.validate.compare import replay_deployment
 
     ratios = {}
     for lv in levels:
         if load_fraction(lv.level) is None:
             continue
-        deployment = replay_deployment(read_meta(lv.run_dir), device, host_speed)
-        if not deployment_why(deployment, str(lv.predicted.get("cost_model"))):
-            ratios[lv.run_dir] = decode_host_ratio(deployment, lv.predicted)
+        if lv.deployment is None:
+            raise ValueError(f"{lv.run_dir}: the comparison does not say which deployment its replay simulated")
+        if not deployment_why(lv.deployment, str(lv.predicted.get("cost_model"))):
+            ratios[lv.run_dir] = decode_host_ratio(lv.deployment, lv.predicted)
     return table.assign(host_ratio=table["run"].map(ratios))
 
 

@@ -21,6 +21,7 @@ linear extrapolation: time per token is flat there); D every integer 1..32, then
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -83,19 +84,35 @@ def _act_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
     return out
 
 
-def step_gemms(s: ShardSpec) -> list[tuple[int, int, int, str, float, bool]]:
-    """(K, N, layers, compute dtype, weight bytes, runs the W4A16 kernel) of every T-row GEMM of
-    one GPU: the linear layers in the checkpoint's quantization, the MoE router in bf16."""
+class StepGemm(NamedTuple):
+    """One T-row GEMM of a step on one GPU: its operator name, shape, layer count and kernel."""
+
+    op: str
+    k: int
+    n: int
+    layers: int
+    dtype: str
+    """The compute dtype the kernel runs in."""
+    weight_bytes: float
+    w4a16: bool
+    """Whether it runs the W4A16 kernel."""
+
+
+def step_gemms(s: ShardSpec) -> list[StepGemm]:
+    """Every T-row GEMM of one GPU (:class:`StepGemm`): the linear layers in the checkpoint's
+    quantization, the MoE router in bf16.  The LM head is a per-sample GEMM, not listed."""
     up = 2 if s.gated else 1
     quant = (s.gemm_dtype, s.weight_bytes, s.w4a16)
-    out = [(s.hidden, s.q_width + 2 * s.kv_width, s.layers, *quant), (s.q_width, s.hidden, s.layers, *quant)]
+    out = [StepGemm("qkv", s.hidden, s.q_width + 2 * s.kv_width, s.layers, *quant),
+           StepGemm("o", s.q_width, s.hidden, s.layers, *quant)]
     if s.mlp_width and s.dense_layers:
-        out += [(s.hidden, up * s.mlp_width, s.dense_layers, *quant), (s.mlp_width, s.hidden, s.dense_layers, *quant)]
+        out += [StepGemm("gate_up", s.hidden, up * s.mlp_width, s.dense_layers, *quant),
+                StepGemm("down", s.mlp_width, s.hidden, s.dense_layers, *quant)]
     if s.experts and s.moe_layers:
-        out.append((s.hidden, s.experts, s.moe_layers, "bf16", 2.0, False))
+        out.append(StepGemm("router", s.hidden, s.experts, s.moe_layers, "bf16", 2.0, False))
     if s.shared_width and s.moe_layers:
-        out += [(s.hidden, up * s.shared_width, s.moe_layers, *quant),
-                (s.shared_width, s.hidden, s.moe_layers, *quant)]
+        out += [StepGemm("shared_gate_up", s.hidden, up * s.shared_width, s.moe_layers, *quant),
+                StepGemm("shared_down", s.shared_width, s.hidden, s.moe_layers, *quant)]
     return out
 
 
@@ -103,8 +120,8 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[
     """Seconds of every T-dependent operator at ``t`` tokens, and notes on fallbacks."""
     notes: list[str] = []
     total = np.zeros_like(t)
-    for k, n, layers, dtype, wb, w4a16 in step_gemms(s):
-        total = total + layers * p.gemm_s(t, k, n, device, dtype, wb, w4a16=w4a16)
+    for g in step_gemms(s):
+        total = total + g.layers * p.gemm_s(t, g.k, g.n, device, g.dtype, g.weight_bytes, w4a16=g.w4a16)
     if s.experts and s.moe_layers:
         shape = (s.experts, s.top_k, s.hidden, s.expert_width)
         total = total + s.moe_layers * p.moe_s(t, shape, device, s.weight_bytes)
