@@ -151,6 +151,14 @@ def test_host_speed_command(monkeypatch, capsys):
     assert code == 2 and "seconds" in err
 
 
+def test_the_table_names_the_executor_the_engine_runs_the_model_in(monkeypatch, capsys):
+    """vLLM's default by TP (one GPU: the engine-core process; more: worker processes), or the one given."""
+    argv = ["predict", *SMALL, "--num-requests", "20", "--replications", "1"]
+    for extra, executor in (([], "uni"), (["--tp", "2"], "mp"), (["--executor", "mp"], "mp")):
+        code, out, _ = run([*argv, *extra], monkeypatch, capsys)
+        assert code == 0 and f"(vllm, executor {executor}; weights" in out.replace("\n", " "), (extra, out)
+
+
 def test_host_report_says_how_host_bound_a_prediction_is(monkeypatch, capsys):
     argv = ["predict", "--model", "llama-3.2-1b", "--device", "h200", "--qps", "10", "--num-requests", "80",
             "--input-len", "256", "--output-len", "32", "--host-report", "--json"]

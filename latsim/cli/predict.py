@@ -84,15 +84,17 @@ def _simulated(settings: Settings, slo, replications: int, fallback: dict | None
 
 
 def _print(deployment, summary: dict, as_json: bool) -> None:
+    from latsim.deployment import resolve_engine
     from latsim.report.output import json_default, json_safe
     from latsim.report.tables import latency_table, system_table
 
     if as_json:
         print(json.dumps(json_safe(summary), allow_nan=False, default=json_default))
         return
+    executor = resolve_engine(deployment).executor
     title = (f"{deployment.model.name} on {deployment.replicas} replica(s) x TP{deployment.tp} "
-             f"{deployment.device.name} ({deployment.engine.engine}; weights {deployment.weight_dtype} "
-             f"from {deployment.weight_dtype_source}, KV {deployment.kv_dtype})")
+             f"{deployment.device.name} ({deployment.engine.engine}, executor {executor}; "
+             f"weights {deployment.weight_dtype} from {deployment.weight_dtype_source}, KV {deployment.kv_dtype})")
     out.print(latency_table(summary))
     out.print(system_table(summary, title))
 
