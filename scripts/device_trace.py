@@ -467,7 +467,9 @@ async def run(args: argparse.Namespace) -> None:
     meta["engine_config"] = {"max_num_seqs": engine.vllm_config.scheduler_config.max_num_seqs,
                              "max_num_batched_tokens": engine.vllm_config.scheduler_config.max_num_batched_tokens,
                              "num_gpu_blocks": engine.vllm_config.cache_config.num_gpu_blocks,
-                             "cudagraph_capture_sizes": engine.vllm_config.compilation_config.cudagraph_capture_sizes}
+                             "cudagraph_capture_sizes": engine.vllm_config.compilation_config.cudagraph_capture_sizes,
+                             "tp": engine.vllm_config.parallel_config.tensor_parallel_size,
+                             "executor": engine.vllm_config.parallel_config.distributed_executor_backend}
     (out / "timings.json").write_text(json.dumps(meta, indent=1, default=str))
     engine.shutdown()
 

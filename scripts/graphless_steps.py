@@ -17,6 +17,15 @@ per-layer term of a graph-less step (``eager_layer_s``), its launch, and the cyc
 when the prompt's step was decided).  Prompts without decoders give only the TTFT; its model
 counterpart is ``frontend + max(gpu, launch + tail)`` for a graph-less step and ``frontend +
 host + gpu`` for a graph step.  ``--csv`` writes one row per scenario (atomically).
+
+With the model in a worker process (vLLM's multiprocess executor: ``engine_config.executor``,
+else the run's ``--engine-arg distributed_executor_backend=...``, else vLLM's default for its TP)
+nothing is held: ``e1`` is the running step's own emission, so no launch or tail is read (NaN)
+and the cycle ``first - e0`` is the one measure.  Such a run also gets the model's cycle with the
+launch less the step's host work (``model_cycle_worker_ms``): in a worker, scheduling and taking in
+outputs run in the engine-core process, and how much of that host work a worker's launch still
+waits for is the open question this measures (``docs/step-time-model.md``, "What a worker's
+launch contains").
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import itertools
 import json
 import statistics
 import sys
@@ -35,6 +45,7 @@ from latsim.catalog.lookup import load_device, load_model
 from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.host import HostOverlapCostModel
 from latsim.deployment import Deployment, EngineConfig
+from latsim.engines.vllm.engine import default_executor
 from latsim.sim.host_report import _cost_model
 
 FIRST_MATCH_MS = 1.5
@@ -106,9 +117,27 @@ def cost_model(meta: dict[str, Any], speed: float, folder: Path | None = None) -
     return _cost_model(Deployment(model=model, device=load_device("h200"), engine=engine))
 
 
-def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any]:
+def engine_arg(meta: dict[str, Any], key: str) -> Any:
+    """The value of ``--engine-arg KEY=JSON`` in the run's argv (``None`` when not given)."""
+    argv = meta.get("argv", [])
+    for flag, arg in itertools.pairwise(argv):
+        if flag == "--engine-arg" and arg.startswith(f"{key}="):
+            return json.loads(arg.split("=", 1)[1])
+    return None
+
+
+def run_executor(meta: dict[str, Any]) -> str:
+    """Where the run's engine ran the model (see the module note): ``uni`` or ``mp``."""
+    ec = meta.get("engine_config") or {}
+    given = ec.get("executor") or engine_arg(meta, "distributed_executor_backend")
+    if given is not None:
+        return str(given)
+    return default_executor(int(ec.get("tp") or engine_arg(meta, "tensor_parallel_size") or 1))
+
+
+def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any], executor: str = "uni") -> dict[str, Any]:
     """One scenario's measured medians beside the model's step (decoders' context: 512 + the
-    tokens they had made, about a second of decoding)."""
+    tokens they had made, about a second of decoding), for an engine with ``executor``."""
     sc = res["scenario"]
     decodes, prompt = sc["decodes"], sc["in"]
     quiet = float(res.get("decode_itl_quiet_ms", float("nan")))
@@ -120,17 +149,22 @@ def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any]) -> dict[str, Any
     tail = cm.launch_tail_s if launch > 0 else 0.0
     merge = CHUNK_GAP_MS if decodes + 1 > OUTPUT_CHUNK else 0.0
     parts = [p for p in (cycle_parts(x, merge) for x in res["prompts"]) if p is not None]
+    held = executor == "uni"
     row: dict[str, Any] = {
-        "scenario": sc["label"], "tokens": shape.num_tokens, "graphless": graphless, "n": len(res["prompts"]),
-        "ttft_ms": _median([float(x["ttft_ms"]) for x in res["prompts"]]), "decode_ms": quiet,
-        "cycles": len(parts), "launch_ms": _median([b - a for a, b, _ in parts]),
-        "tail_ms": _median([c - b for _, b, c in parts]), "cycle_ms": _median([c - a for a, _, c in parts]),
+        "scenario": sc["label"], "executor": executor, "tokens": shape.num_tokens, "graphless": graphless,
+        "n": len(res["prompts"]), "ttft_ms": _median([float(x["ttft_ms"]) for x in res["prompts"]]),
+        "decode_ms": quiet, "cycles": len(parts),
+        "launch_ms": _median([b - a for a, b, _ in parts]) if held else float("nan"),
+        "tail_ms": _median([c - b for _, b, c in parts]) if held else float("nan"),
+        "cycle_ms": _median([c - a for a, _, c in parts]),
         "model_gpu_ms": 1e3 * gpu, "model_gpu_less_eager_ms": 1e3 * (gpu - eager), "model_launch_ms": 1e3 * launch,
         "model_heavy_ms": 1e3 * cm.heavy_parts(shape, True)[0] if cm.power is not None else float("nan"),
     }
     d = quiet / 1e3 if decodes else 0.0
     for key, g in (("model_cycle_ms", gpu), ("model_cycle_less_eager_ms", gpu - eager)):
         row[key] = 1e3 * max(d + g, launch + tail) if launch > 0 else 1e3 * (d + max(g, host))
+    if not held:
+        row["model_cycle_worker_ms"] = 1e3 * max(d + gpu, launch - host + tail) if launch > 0 else row["model_cycle_ms"]
     if not decodes:
         row["model_ttft_ms"] = 1e3 * (cm.frontend_s + (max(gpu, launch + tail) if launch > 0 else host + gpu))
         row["model_ttft_less_eager_ms"] = 1e3 * (cm.frontend_s + (max(gpu - eager, launch + tail) if launch > 0
@@ -148,7 +182,7 @@ def folder_rows(folder: Path) -> tuple[float, list[dict[str, Any]]]:
     """The run's speed and one row per graph-less scenario, each priced at its own probed speed
     (rounded to 0.01, one cost model per speed)."""
     meta = json.loads((folder / "timings.json").read_text())
-    speed = run_speed(meta)
+    speed, executor = run_speed(meta), run_executor(meta)
     models: dict[float, HostOverlapCostModel] = {}
     rows = []
     for res in meta["scenarios"]:
@@ -157,20 +191,21 @@ def folder_rows(folder: Path) -> tuple[float, list[dict[str, Any]]]:
         own = round(scenario_speed(res, speed), 2)
         if own not in models:
             models[own] = cost_model(meta, own, folder)
-        row = scenario_row(models[own], res)
+        row = scenario_row(models[own], res, executor)
         row.update(run=folder.name, host_speed=own, load=res["scenario"].get("load", 0))
         rows.append(row)
     return speed, rows
 
 
-HEADER = "speed load tok  ttft  | D     launch tail  cycle | model gpu (-eager) launch cycle (-eager) ttft (-eager)"
+HEADER = ("speed load tok  ttft  | D     launch tail  cycle | model gpu (-eager) launch cycle (-eager) ttft (-eager)"
+          " | worker cycle")
 """Column heads of the printed table (ms; the model's values with and without ``eager_layer_s``)."""
 PRINTED = (("host_speed", "{:5.2f}"), ("load", " {:3d}"), ("tokens", " {:4d}"),
            ("ttft_ms", " {:5.1f} |"), ("decode_ms", " {:5.2f}"), ("launch_ms", " {:5.1f}"),
            ("tail_ms", " {:5.1f}"), ("cycle_ms", " {:5.1f} |"), ("model_gpu_ms", " {:5.1f}"),
            ("model_gpu_less_eager_ms", " ({:5.1f})"), ("model_launch_ms", " {:5.1f}"), ("model_cycle_ms", " {:5.1f}"),
            ("model_cycle_less_eager_ms", " ({:5.1f})"), ("model_ttft_ms", " {:5.1f}"),
-           ("model_ttft_less_eager_ms", " ({:5.1f})"))
+           ("model_ttft_less_eager_ms", " ({:5.1f})"), ("model_cycle_worker_ms", " | {:5.1f}"))
 
 
 def format_row(row: dict[str, Any]) -> str:
@@ -205,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{folder}: {err}", file=sys.stderr)
             return 2
         every += rows
-        print(f"{folder}  host speed {speed:.3f}")
+        print(f"{folder}  host speed {speed:.3f}  executor {rows[0]['executor'] if rows else '?'}")
         print(f"  {'scenario':44s} {HEADER}")
         for r in rows:
             print(f"  {r['scenario']:44s} {format_row(r)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.script_module import load_script
@@ -121,3 +122,31 @@ def test_a_steps_tokens_taken_in_two_bursts_are_one_emission() -> None:
     prompt = {"ttft_ms": 54.3, "emissions_ms": [-13.0, -11.0, 0.0, 2.0, 40.0, 42.0, 52.0, 54.0]}
     assert gl.cycle_parts(prompt) == (42.0, 52.0, 54.3)  # unmerged: a step's second burst read as a step
     assert gl.cycle_parts(prompt, 6.5) == (0.0, 40.0, 54.3)
+
+
+def test_the_runs_executor_is_recorded_or_asked_for_or_vllms_default() -> None:
+    argv = ["device_trace.py", "--model", "llama-3.1-8b"]
+    assert gl.run_executor({"argv": argv}) == "uni"
+    assert gl.run_executor({"argv": [*argv, "--engine-arg", "tensor_parallel_size=2"]}) == "mp"
+    assert gl.run_executor({"argv": [*argv, "--engine-arg", 'distributed_executor_backend="mp"']}) == "mp"
+    assert gl.run_executor({"argv": argv, "engine_config": {"tp": 2}}) == "mp"
+    assert gl.run_executor({"argv": [*argv, "--engine-arg", "tensor_parallel_size=2"],
+                            "engine_config": {"executor": "uni"}}) == "uni"
+
+
+def test_a_worker_run_reads_no_launch_and_gets_the_cycle_without_the_steps_host_work(tmp_path: Path) -> None:
+    folder = _timings(tmp_path / "run", decodes=16)
+    meta = json.loads((folder / "timings.json").read_text())
+    _, (engine_core,) = gl.folder_rows(folder)
+    meta["engine_config"]["executor"] = "mp"
+    (folder / "timings.json").write_text(json.dumps(meta))
+    _, (worker,) = gl.folder_rows(folder)
+    assert engine_core["executor"] == "uni" and "model_cycle_worker_ms" not in engine_core
+    assert worker["executor"] == "mp" and worker["cycle_ms"] == engine_core["cycle_ms"]
+    assert np.isnan(worker["launch_ms"]) and np.isnan(worker["tail_ms"]) and not np.isnan(engine_core["launch_ms"])
+    cm = gl.cost_model(meta, 1.0)
+    shape = gl.BatchShape.from_chunks([(1024, 0)], [512 + 200] * 16)
+    gpu, host = cm.parts(shape)
+    expected = 1e3 * max(5e-3 + gpu, cm.launch_s(shape) - host + cm.launch_tail_s)
+    assert worker["model_cycle_worker_ms"] == pytest.approx(expected, rel=1e-6)
+    assert worker["model_cycle_worker_ms"] < worker["model_cycle_ms"] == engine_core["model_cycle_ms"]
