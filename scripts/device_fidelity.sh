@@ -19,6 +19,9 @@
 #   bash scripts/device_fidelity.sh int4         # 4-bit Machete with and without zero points, bursts and sustained
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh trace NAME ARGS...  # scripts/device_trace.py ARGS into $OUT/NAME.tar.gz
+#   bash scripts/device_fidelity.sh pair NAME ARGS...   # device_trace.py ARGS three times back to back, the model
+#                                                # in the engine-core process, in a worker, in the engine core
+#                                                # again (NAME-uni, NAME-mp, NAME-uni2), one $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh serve NAME ARGS...  # scripts/device_serve_probe.py ARGS into $OUT/NAME.tar.gz
 #
 # Everything lands in $OUT (at most 8 files come back): calibration tarballs and summaries,
@@ -145,6 +148,21 @@ trace() {
   find "/tmp/t/$name/torch" -type f -size +3M -delete 2>/dev/null
   tar -C /tmp/t -czf "$OUT/$name.tar.gz" "$name"
   [ "$(stat -c %s "$OUT/$name.tar.gz")" -lt 15000000 ] || tar -C /tmp/t -czf "$OUT/$name.tar.gz" --exclude=torch "$name"
+  ls -la "$OUT"
+}
+
+pair() {
+  local name=$1; shift
+  unpack || return 1
+  rm -rf "/tmp/t/$name" && mkdir -p "/tmp/t/$name"
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  local run
+  for run in uni mp uni2; do
+    local backend=${run%2}
+    python3 scripts/device_trace.py --out "/tmp/t/$name/$name-$run" --engine-arg "distributed_executor_backend=\"$backend\"" "$@"
+  done
+  find "/tmp/t/$name" -path '*/torch/*' -type f -delete 2>/dev/null
+  tar -C /tmp/t -czf "$OUT/$name.tar.gz" "$name"
   ls -la "$OUT"
 }
 
