@@ -19,9 +19,10 @@
 #   bash scripts/device_fidelity.sh int4         # 4-bit Machete with and without zero points, bursts and sustained
 #   bash scripts/device_fidelity.sh live NAME ARGS...   # scripts/device_measure.py ARGS into $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh trace NAME ARGS...  # scripts/device_trace.py ARGS into $OUT/NAME.tar.gz
-#   bash scripts/device_fidelity.sh pair NAME ARGS...   # device_trace.py ARGS three times back to back, the model
-#                                                # in the engine-core process, in a worker, in the engine core
-#                                                # again (NAME-uni, NAME-mp, NAME-uni2), one $OUT/NAME.tar.gz
+#   bash scripts/device_fidelity.sh pair trace|live NAME ARGS...  # device_trace.py (trace) or device_measure.py
+#                                                # (live) ARGS three times back to back: the model in the
+#                                                # engine-core process, in a worker, in the engine core again
+#                                                # (NAME-uni, NAME-mp, NAME-uni2), one $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh serve NAME ARGS...  # scripts/device_serve_probe.py ARGS into $OUT/NAME.tar.gz
 #
 # Everything lands in $OUT (at most 8 files come back): calibration tarballs and summaries,
@@ -152,14 +153,20 @@ trace() {
 }
 
 pair() {
-  local name=$1; shift
+  local kind=$1 name=$2; shift 2
+  local tool
+  case $kind in
+    trace) tool=scripts/device_trace.py ;;
+    live) tool=scripts/device_measure.py ;;
+    *) echo "pair: trace or live, got '$kind'"; return 2 ;;
+  esac
   unpack || return 1
   rm -rf "/tmp/t/$name" && mkdir -p "/tmp/t/$name"
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-  local run
+  local run backend
   for run in uni mp uni2; do
-    local backend=${run%2}
-    python3 scripts/device_trace.py --out "/tmp/t/$name/$name-$run" --engine-arg "distributed_executor_backend=\"$backend\"" "$@"
+    backend=${run%2}
+    python3 "$tool" --out "/tmp/t/$name/$name-$run" --engine-arg "distributed_executor_backend=\"$backend\"" "$@"
   done
   find "/tmp/t/$name" -path '*/torch/*' -type f -delete 2>/dev/null
   tar -C /tmp/t -czf "$OUT/$name.tar.gz" "$name"
