@@ -47,6 +47,7 @@ from latsim.costmodel.host import HostOverlapCostModel
 from latsim.deployment import Deployment, EngineConfig
 from latsim.engines.vllm.engine import default_executor
 from latsim.sim.host_report import _cost_model
+from latsim.validate.compare import chosen_executor
 
 FIRST_MATCH_MS = 1.5
 """The decoders' emission carrying the prompt's first token starts at most this long before the
@@ -127,12 +128,11 @@ def engine_arg(meta: dict[str, Any], key: str) -> Any:
 
 
 def run_executor(meta: dict[str, Any]) -> str:
-    """Where the run's engine ran the model (see the module note): ``uni`` or ``mp``."""
+    """Where the run's engine ran the model (see the module note): ``uni`` or ``mp``; ValueError
+    for an executor latsim does not model (:func:`latsim.validate.compare.chosen_executor`)."""
     ec = meta.get("engine_config") or {}
-    given = ec.get("executor") or engine_arg(meta, "distributed_executor_backend")
-    if given is not None:
-        return str(given)
-    return default_executor(int(ec.get("tp") or engine_arg(meta, "tensor_parallel_size") or 1))
+    given = chosen_executor(ec.get("executor"), engine_arg(meta, "distributed_executor_backend"))
+    return given or default_executor(int(ec.get("tp") or engine_arg(meta, "tensor_parallel_size") or 1))
 
 
 def scenario_row(cm: HostOverlapCostModel, res: dict[str, Any], executor: str = "uni") -> dict[str, Any]:

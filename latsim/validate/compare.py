@@ -40,10 +40,10 @@ class LevelComparison:
     predicted: dict
     measured_records: pd.DataFrame
     predicted_records: pd.DataFrame
+    deployment: Deployment
+    """The deployment the replay simulated (:func:`replay_deployment`)."""
     client_bound: bool = False
     host_probe_ms: float | None = None
-    deployment: Deployment | None = None
-    """The deployment the replay simulated (:func:`replay_deployment`)."""
 
 
 def host_probe_ms(meta: dict) -> float | None:
@@ -128,8 +128,14 @@ def run_executor(meta: dict) -> str | None:
     """Where the run's engine ran the model (:data:`~latsim.deployment.EXECUTORS`): the engine's
     recorded executor, else the one the measuring command asked for (``engine_args``), else
     ``None`` (vLLM's default for its GPUs); an executor latsim does not model is an error."""
-    recorded = (meta.get("engine_config") or {}).get("executor")
-    asked = (meta.get("engine_args") or {}).get("distributed_executor_backend")
+    return chosen_executor((meta.get("engine_config") or {}).get("executor"),
+                           (meta.get("engine_args") or {}).get("distributed_executor_backend"))
+
+
+def chosen_executor(recorded: str | None, asked: str | None) -> str | None:
+    """The executor an engine ran: ``recorded`` (the engine's own configuration), else ``asked``
+    (the command's), else ``None`` (the engine's default); ValueError for one latsim does not
+    model (:data:`~latsim.deployment.EXECUTORS`)."""
     executor = recorded if recorded is not None else asked
     if executor is None or executor in EXECUTORS:
         return executor
@@ -195,8 +201,8 @@ def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=N
     trace_meta = m.meta.get("trace") or {}
     return LevelComparison(str(run_dir), str(m.meta.get("level", Path(run_dir).name)),
                            trace_meta.get("offered_qps"), measured, result.summary,
-                           measured_records, result.records, client_bound(m.meta),
-                           host_probe_ms(m.meta), deployment)
+                           measured_records, result.records, deployment, client_bound(m.meta),
+                           host_probe_ms(m.meta))
 
 
 def error_table(levels: list[LevelComparison]) -> pd.DataFrame:

@@ -360,8 +360,6 @@ def with_host_ratios(table: pd.DataFrame, levels: list[Any]) -> pd.DataFrame:
     for lv in levels:
         if load_fraction(lv.level) is None:
             continue
-        if lv.deployment is None:
-            raise ValueError(f"{lv.run_dir}: the comparison does not say which deployment its replay simulated")
         if not deployment_why(lv.deployment, str(lv.predicted.get("cost_model"))):
             ratios[lv.run_dir] = decode_host_ratio(lv.deployment, lv.predicted)
     return table.assign(host_ratio=table["run"].map(ratios))

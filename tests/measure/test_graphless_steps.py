@@ -150,3 +150,13 @@ def test_a_worker_run_reads_no_launch_and_gets_the_cycle_without_the_steps_host_
     expected = 1e3 * max(5e-3 + gpu, cm.launch_s(shape) - host + cm.launch_tail_s)
     assert worker["model_cycle_worker_ms"] == pytest.approx(expected, rel=1e-6)
     assert worker["model_cycle_worker_ms"] < worker["model_cycle_ms"] == engine_core["model_cycle_ms"]
+
+
+def test_a_run_whose_executor_latsim_does_not_model_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _timings(tmp_path / "run", decodes=16)
+    meta = json.loads((folder / "timings.json").read_text())
+    meta["engine_config"]["executor"] = "ray"
+    (folder / "timings.json").write_text(json.dumps(meta))
+    assert gl.main([str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "'ray'" in err and "uni, mp" in err
