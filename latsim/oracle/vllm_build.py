@@ -37,7 +37,7 @@ _STUB_CONFIG = {
 }
 
 
-def _import_vllm() -> Any:
+def import_vllm() -> Any:
     """Import vLLM; on first import its log goes to stderr, warnings only, unless already set.
 
     vLLM logs to stdout by default, where latsim writes its results (``--json``); the
@@ -78,7 +78,7 @@ def _stub_model_dir() -> str:
 
 def build_vllm_scheduler(**kw: Any) -> Any:
     """vLLM's scheduler for one full-attention KV group of ``num_gpu_blocks`` blocks."""
-    _import_vllm()
+    import_vllm()
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
