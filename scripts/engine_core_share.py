@@ -23,10 +23,11 @@ core's part is plain Python that runs without a GPU, so this script times it her
 
 Then the same for a step in which one ``--prompt``-token request joins the ``N`` decodes
 (``prompt_schedule``, ``prompt_send``, ``prompt_receive``).  Beside the rows: the host probe's
-workload timed here before and after (:func:`latsim.measure.hostprobe.time_workload`), so the
-times can be put at the host of ``host.yaml`` (``host_reference_probe_s``): a time here times
-reference probe / probe here.  That conversion assumes the scheduler's Python and the probe's
-loop speed up alike from one CPU to another.  Each part's least-squares line
+workload timed here before each count (:func:`latsim.measure.hostprobe.time_workload`, median
+of 100; ``probe_ms`` of each row), so the times can be put at the host of ``host.yaml``
+(``host_reference_probe_s``): a time here times reference probe / the rows' median probe.
+That conversion assumes the scheduler's Python and the probe's loop speed up alike from one CPU
+to another.  Each part's least-squares line
 ``a + b x N`` over the rows, here and at the reference host, goes into the file's ``lines``.
 
 Writes one JSON file atomically, with the command, commit and date; the timings are this CPU's
@@ -214,18 +215,18 @@ def cpu_name() -> str:
 def run(seqs: Sequence[int], steps: int, prompt: int, out: Path) -> dict[str, Any]:
     """Measure every count in ``seqs``, write the file, return its content."""
     vllm = import_vllm()
-    before = probe_s()
+    probe_s(reps=20)  # warm the interpreter's path through the workload
     rows = []
     for n in seqs:
-        rows.append(measure(n, steps, prompt))
+        probe = probe_s()
+        rows.append({**measure(n, steps, prompt), "probe_ms": probe * 1e3})
         print(" ".join([f"{n:5d} seqs"] + [f"{k} {rows[-1][k]:.3f}" for k in (*DECODE_PARTS, *PROMPT_PARTS)]) + " ms",
               flush=True)
-    after = probe_s()
-    here = (before + after) / 2
+    here = float(np.median([r["probe_ms"] for r in rows])) / 1e3
     reference = reference_probe_s()
     content = {"format": FORMAT, "cpu": cpu_name(), "python": platform.python_version(), "vllm": vllm.__version__,
-               "engine": ENGINE, "probe": {"work": DEFAULT_WORK, "before_s": before, "after_s": after,
-                                           "reference_s": reference, "to_reference": reference / here},
+               "engine": ENGINE, "probe": {"work": DEFAULT_WORK, "here_s": here, "reference_s": reference,
+                                           "to_reference": reference / here},
                "rows": rows, "lines": lines(rows, reference / here)}
     content["provenance"] = record({"seqs": list(seqs), "steps": steps, "prompt": prompt}, {})
     atomic_write_text(out, json.dumps(content, indent=1) + "\n")

@@ -63,7 +63,9 @@ def test_a_run_writes_one_row_per_count_with_every_part_and_its_provenance(mod, 
     assert [r["seqs"] for r in content["rows"]] == [1, 3]
     for row in content["rows"]:
         assert all(row[p] > 0 for p in (*mod.DECODE_PARTS, *mod.PROMPT_PARTS))
-    assert content["probe"]["to_reference"] == pytest.approx(
-        content["probe"]["reference_s"] * 2 / (content["probe"]["before_s"] + content["probe"]["after_s"]))
+    probes = sorted(r["probe_ms"] for r in content["rows"])
+    assert content["probe"]["here_s"] == pytest.approx((probes[0] + probes[1]) / 2e3)  # their median
+    probe = content["probe"]
+    assert probe["to_reference"] == pytest.approx(probe["reference_s"] / probe["here_s"])
     assert set(content["lines"]) == {*mod.DECODE_PARTS, *mod.PROMPT_PARTS}
     assert content["provenance"]["inputs"] == {"seqs": [1, 3], "steps": 4, "prompt": 32}
