@@ -5,7 +5,7 @@ A guest VM's CPUs may be hyperthreads of shared host cores that the guest's topo
 show; two busy threads on such a pair run slower (about 1.5-2x).  Timed in thread CPU time,
 each worker pinned to its CPU, so time sharing does not count, only speed.  (On the lent H200
 VM it found no such pairs that held from one run to the next: its CPUs slow down from outside;
-data/host/h200/cpu-contention/, README "Repeatability".)
+data/host/h200/cpu-contention/, docs/validation.md "Repeatability".)
 
     python scripts/cpu_contention.py --out cpu_contention.json [--reps 20] [--timeline-s 5]
 
