@@ -94,7 +94,7 @@ class Engine:
     """vLLM's asynchronous scheduler with ``seqs`` requests decoding, stepped as the engine core
     steps it (schedule step k+1, then take in step k's outputs), each part timed."""
 
-    def __init__(self, seqs: int, prompt: int, seed: int = 0) -> None:
+    def __init__(self, seqs: int, seed: int = 0) -> None:
         from vllm.v1.serial_utils import MsgpackEncoder
 
         from latsim.oracle.vllm_build import block_hasher, build_vllm_scheduler
@@ -103,7 +103,6 @@ class Engine:
         self.hasher = block_hasher(self.scheduler)
         self.encoder = MsgpackEncoder()
         self.rng = random.Random(seed)
-        self.prompt = prompt
         self.in_flight: Any = None
         self.added = 0
         for _ in range(seqs):
@@ -125,6 +124,7 @@ class Engine:
         ``prefix``; the take-in parts only without one)."""
         timed = _timer(times, prefix)
         out = timed("schedule", self.scheduler.schedule)
+        # vLLM's own wire format between its processes, timed in memory (nothing is read from disk)
         message = timed("send", lambda: pickle.dumps(("execute_model", (out,), {}, None),
                                                      protocol=pickle.HIGHEST_PROTOCOL))
         timed("receive", lambda: pickle.loads(message))
@@ -163,7 +163,7 @@ def _untimed(name: str, call: Callable[[], Any]) -> Any:
 def measure(seqs: int, steps: int, prompt: int) -> dict[str, Any]:
     """Median milliseconds of each part of :data:`DECODE_PARTS` and :data:`PROMPT_PARTS` with
     ``seqs`` sequences decoding (``steps`` steps each, after :data:`WARMUP_STEPS`)."""
-    engine = Engine(seqs, prompt)
+    engine = Engine(seqs)
     for _ in range(WARMUP_STEPS):
         engine.step({})
     decode: dict[str, list[float]] = {}

@@ -40,7 +40,7 @@ def test_bad_arguments_exit_2_naming_the_value(mod, tmp_path: Path, capsys, argv
 
 def test_every_measured_step_decodes_all_sequences_and_a_joining_prompt_is_scheduled_whole(mod) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("vllm")
-    engine = mod.Engine(seqs=3, prompt=40)
+    engine = mod.Engine(seqs=3)
     for _ in range(mod.WARMUP_STEPS):
         engine.step({})
     times: dict[str, list[float]] = {}
