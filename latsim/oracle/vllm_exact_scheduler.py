@@ -88,7 +88,7 @@ class ExactVllmScheduler:
         )
         self.reqs: dict[str, Req] = {}
         self.zombies: list[Req] = []
-        self.launch = LaunchClock(in_worker=limits.executor == "mp")
+        self.launch = LaunchClock.for_executor(limits.executor)
         self.step_index = 0
         self.recorder: Recorder | None = None
         self._last: tuple[StepPlan, InFlight] | None = None  # the latest non-empty plan, not yet updated

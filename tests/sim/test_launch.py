@@ -206,3 +206,10 @@ def test_the_recorder_counts_held_tokens_from_their_release() -> None:
     assert values.tolist() == [0.5, 1.0] and weights.tolist() == [4.0, 4.0]
     values, weights = rec.itl_samples({1.0: 1.5})
     assert values.tolist() == [0.5, 1.5] and weights.tolist() == [7.0, 1.0]
+
+
+def test_the_clock_of_an_executor_launches_in_a_worker_only_for_mp() -> None:
+    assert LaunchClock.for_executor("mp").in_worker
+    assert not LaunchClock.for_executor("uni").in_worker
+    with pytest.raises(ValueError, match="'ray'"):
+        LaunchClock.for_executor("ray")

@@ -47,6 +47,7 @@ import numpy as np
 
 from latsim.costmodel.batch import BatchShape, CostModel
 from latsim.costmodel.power import PowerClock
+from latsim.deployment import EXECUTORS
 from latsim.sim.request import Req
 
 
@@ -66,6 +67,14 @@ class LaunchClock:
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     power: PowerClock = field(default_factory=PowerClock)
     """The GPU's power state (the same replica's GPU)."""
+
+    @classmethod
+    def for_executor(cls, executor: str) -> LaunchClock:
+        """The clock of an engine whose model runs under vLLM's ``executor`` (``mp``: in worker
+        processes; ``uni``: in the engine-core process); ValueError for another."""
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor {executor!r}: accepted {', '.join(map(repr, EXECUTORS))}")
+        return cls(in_worker=executor == "mp")
 
     def seed(self, seed: int, replica: int) -> None:
         """Restart the launch-time generator for ``replica`` of a simulation seeded ``seed``."""

@@ -102,7 +102,7 @@ class VllmScheduler:
         self.running: list[Req] = []
         self.waiting: deque[Req] = deque()
         self.zombies: list[Req] = []
-        self.launch = LaunchClock(in_worker=limits.executor == "mp")  # graph-less launches (asynchronous)
+        self.launch = LaunchClock.for_executor(limits.executor)  # graph-less launches (asynchronous)
         self.num_preemptions = 0
         self.num_admitted = 0  # admissions so far (Req.seq: running order)
         self.step_index = 0
