@@ -23,7 +23,7 @@ core's part is plain Python that runs without a GPU, so this script times it her
 
 Then the same for a step in which one ``--prompt``-token request joins the ``N`` decodes
 (``prompt_schedule``, ``prompt_send``, ``prompt_receive``).  Beside the rows: the host probe's
-workload timed here before each count (:func:`latsim.measure.hostprobe.time_workload`, median
+workload timed here before each count (:func:`latsim.measure.hostprobe.baseline_s`, median
 of 100; ``probe_ms`` of each row), so the times can be put at the host of ``host.yaml``
 (``host_reference_probe_s``): a time here times reference probe / the rows' median probe.
 That conversion assumes the scheduler's Python and the probe's loop speed up alike from one CPU
@@ -55,7 +55,8 @@ if str(REPO) not in sys.path:  # run by path under vLLM's reference python, lats
     sys.path.insert(0, str(REPO))
 
 from latsim.atomic import atomic_write_text  # noqa: E402
-from latsim.measure.hostprobe import DEFAULT_WORK, time_workload  # noqa: E402
+from latsim.engines.vllm.host_terms import reference_probe_s  # noqa: E402
+from latsim.measure.hostprobe import DEFAULT_WORK, baseline_s  # noqa: E402
 from latsim.oracle.vllm_build import import_vllm  # noqa: E402
 from latsim.provenance import record  # noqa: E402
 
@@ -83,11 +84,6 @@ def positive_ints(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers >= 1, e.g. 1,8,64")
     return values
-
-
-def probe_s(reps: int = 100) -> float:
-    """Median seconds of the host probe's workload on this thread, ``reps`` times."""
-    return float(np.median([time_workload(DEFAULT_WORK) for _ in range(reps)]))
 
 
 class Engine:
@@ -175,8 +171,7 @@ def measure(seqs: int, steps: int, prompt: int) -> dict[str, Any]:
         engine.step(joined, prefix="prompt_")
         engine.step({})  # the prompt's step taken in; it decodes from now on
     row: dict[str, Any] = {"seqs": seqs, "steps": steps}
-    row.update({k: statistics.median(v) * 1e3 for k, v in {**decode, **joined}.items()
-                if k in DECODE_PARTS or k in PROMPT_PARTS})
+    row.update({k: statistics.median(v) * 1e3 for k, v in {**decode, **joined}.items()})
     return row
 
 
@@ -193,15 +188,6 @@ def lines(rows: Sequence[dict[str, Any]], to_reference: float) -> dict[str, dict
     return out
 
 
-def reference_probe_s() -> float:
-    """``host_reference_probe_s`` of the shipped host terms (read as text: no YAML parser needed)."""
-    text = (REPO / "latsim/data/engines/vllm/host.yaml").read_text()
-    for line in text.splitlines():
-        if line.strip().startswith("host_reference_probe_s:"):
-            return float(line.split(":", 1)[1])
-    raise SystemExit("latsim/data/engines/vllm/host.yaml has no host_reference_probe_s")
-
-
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -215,10 +201,10 @@ def cpu_name() -> str:
 def run(seqs: Sequence[int], steps: int, prompt: int, out: Path) -> dict[str, Any]:
     """Measure every count in ``seqs``, write the file, return its content."""
     vllm = import_vllm()
-    probe_s(reps=20)  # warm the interpreter's path through the workload
+    baseline_s(DEFAULT_WORK, repeats=20)  # warm the interpreter's path through the workload
     rows = []
     for n in seqs:
-        probe = probe_s()
+        probe = baseline_s(DEFAULT_WORK, repeats=100)
         rows.append({**measure(n, steps, prompt), "probe_ms": probe * 1e3})
         print(" ".join([f"{n:5d} seqs"] + [f"{k} {rows[-1][k]:.3f}" for k in (*DECODE_PARTS, *PROMPT_PARTS)]) + " ms",
               flush=True)
