@@ -1,26 +1,30 @@
 """Turn a Hugging Face ``config.json`` dict into a :class:`ModelSpec`.
 
 Supported ``model_type`` values: llama (Llama 2/3/3.1/3.2), mistral, mixtral, qwen2 (Qwen2 and
-Qwen2.5), qwen2_moe (Qwen1.5-MoE, Qwen2-MoE), qwen3, qwen3_moe, phi3 and gemma2.  Any other
+Qwen2.5), qwen2_moe (Qwen1.5-MoE, Qwen2-MoE), qwen3, qwen3_moe, phi3, gemma2, and gemma3 (the
+multimodal checkpoints, whose language model is read from ``text_config`` with the vision tower's
+weights counted, and the text-only ``gemma3_text``: :mod:`latsim.catalog.multimodal`).  Any other
 ``model_type`` whose config carries the standard Llama keys and no marker of a different
 attention or mixer (MLA, state-space or linear-attention layers) is parsed as Llama-like and keeps
 its ``model_type`` as the family.
 
 What is modelled, per family:
 
-* ``head_dim``: the explicit key when present (Gemma-2, Qwen3, Llama 3.2), else
+* ``head_dim``: the explicit key when present (Gemma-2 and -3, Qwen3, Llama 3.2), else
   ``hidden_size // num_attention_heads``.  ``num_key_value_heads`` missing means MHA.
-* MLP: always gated (SwiGLU, or GeGLU for Gemma-2).  Mixtral experts have width
+* MLP: always gated (SwiGLU, or GeGLU for Gemma-2 and -3).  Mixtral experts have width
   ``intermediate_size``; Qwen MoE experts ``moe_intermediate_size``.  A Qwen MoE layer ``i`` is
   sparse when ``i`` is not in ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0``
   (the rule of the HF and vLLM Qwen2-MoE/Qwen3-MoE code); Mixtral layers are all sparse.
 * Sliding window: a ``layer_types`` list, when present, decides per layer.  Otherwise Gemma-2
-  slides on even layers (0, 2, ...) and is global on odd ones; Qwen families slide only when
+  slides on even layers (0, 2, ...) and is global on odd ones; Gemma-3 is global on every
+  ``sliding_window_pattern``-th layer (default 6: five sliding, one global); Qwen families slide only when
   ``use_sliding_window`` is true, and then on layers ``>= max_window_layers``; every other
   family slides on every layer when ``sliding_window`` is set (Mistral-7B-v0.1: 4096, Phi-3:
   2047).  Only the layer count and window size are kept; the KV sizing in
   :mod:`latsim.catalog.sizing` documents how they are used.
-* ``tie_word_embeddings`` missing takes the HF class default: true for Gemma-2, false otherwise.
+* ``tie_word_embeddings`` missing takes the HF class default: true for Gemma-2 and -3, false
+  otherwise.  Gemma-2 and -3 have four norms a layer, Gemma-3 and Qwen3 per-head q/k norms.
 * ``quantization_config``: read into ``ModelSpec.quantization`` (:mod:`latsim.catalog.quant`),
   with the linear parameters its ignore lists keep 16-bit counted
   (:mod:`latsim.catalog.quant_layers`).  A method latsim does not model leaves it None here;
@@ -37,12 +41,15 @@ from dataclasses import replace
 from typing import Any
 
 from latsim.catalog.models import ModelSpec
+from latsim.catalog.multimodal import encoder_params, language_model_config
 from latsim.catalog.quant import parse_quantization
 from latsim.catalog.quant_layers import unquantized_linear_params
 
 SUPPORTED_MODEL_TYPES = (
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "gemma2",
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "gemma2", "gemma3",
+    "gemma3_text",
 )
+_GEMMA = frozenset({"gemma2", "gemma3"})
 _QWEN_FAMILIES = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
 _QWEN_MOE = frozenset({"qwen2_moe", "qwen3_moe"})
 _REQUIRED_KEYS = (
@@ -75,12 +82,14 @@ NON_TRANSFORMER_TYPES = {
 def parse_hf_config(cfg: Mapping[str, Any], name: str) -> ModelSpec:
     """Build the :class:`ModelSpec` named ``name`` from an HF ``config.json`` dict.
 
-    The whole dict is kept in ``ModelSpec.hf_config``.  Raises ``ValueError`` naming the
-    offending key or value (and what is accepted) for an unsupported ``model_type``, a missing
-    required key or inconsistent values.
+    The whole dict is kept in ``ModelSpec.hf_config``; a multimodal checkpoint's language model
+    is read from its ``text_config`` (:func:`~latsim.catalog.multimodal.language_model_config`).
+    Raises ``ValueError`` naming the offending key or value (and what is accepted) for an
+    unsupported ``model_type``, a missing required key or inconsistent values.
     """
+    original, cfg = cfg, language_model_config(cfg) or cfg
     family = _family(cfg)
-    _check_required(cfg, family)
+    _check_required(cfg, family, nested="text_config" in original)
     num_layers = _int(cfg, "num_hidden_layers")
     window, sliding_layers = _sliding_window(cfg, family, num_layers)
     spec = ModelSpec(
@@ -94,14 +103,15 @@ def parse_hf_config(cfg: Mapping[str, Any], name: str) -> ModelSpec:
         intermediate_size=_int(cfg, "intermediate_size"),
         vocab_size=_int(cfg, "vocab_size"),
         max_position_embeddings=_int(cfg, "max_position_embeddings"),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", family == "gemma2")),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", family in _GEMMA)),
         sliding_window=window,
         num_sliding_window_layers=sliding_layers,
         attention_bias=_attention_bias(cfg, family),
-        qk_norm=family in ("qwen3", "qwen3_moe"),
-        norms_per_layer=4 if family == "gemma2" else 2,
+        qk_norm=family in ("qwen3", "qwen3_moe", "gemma3"),
+        norms_per_layer=4 if family in _GEMMA else 2,
         gated_mlp=True,
-        hf_config=tuple(sorted(cfg.items())),
+        hf_config=tuple(sorted(original.items())),
+        encoder_params=encoder_params(original),
         **_moe_fields(cfg, family, num_layers),
     )
     return _with_quantization(spec, cfg)
@@ -141,7 +151,7 @@ def _family(cfg: Mapping[str, Any]) -> str:
     return model_type
 
 
-def _check_required(cfg: Mapping[str, Any], family: str) -> None:
+def _check_required(cfg: Mapping[str, Any], family: str, nested: bool = False) -> None:
     missing = [key for key in _REQUIRED_KEYS if cfg.get(key) is None]
     if not missing:
         return
@@ -149,6 +159,9 @@ def _check_required(cfg: Mapping[str, Any], family: str) -> None:
         f"; model_type {family!r} is parsed as Llama-like, which needs these keys "
         f"(natively supported model_type values: {', '.join(SUPPORTED_MODEL_TYPES)})"
     )
+    if nested and family not in SUPPORTED_MODEL_TYPES:
+        hint += ("; its language model's keys are under 'text_config' (a multimodal checkpoint), which latsim "
+                 "reads for model_type gemma3 only")
     raise ValueError(f"config for model_type {family!r} is missing required key(s) {missing}{hint}")
 
 
@@ -246,6 +259,11 @@ def _sliding_layer_count(cfg: Mapping[str, Any], family: str, num_layers: int) -
         return sum(1 for kind in layer_types if kind == "sliding_attention")
     if family == "gemma2":
         return (num_layers + 1) // 2
+    if family == "gemma3":
+        pattern = _int(cfg, "sliding_window_pattern") if "sliding_window_pattern" in cfg else 6
+        if pattern < 1:
+            raise ValueError(f"config key 'sliding_window_pattern' must be >= 1, got {pattern}")
+        return num_layers - num_layers // pattern
     if family in _QWEN_FAMILIES:
         if not cfg.get("use_sliding_window", False):
             return 0

@@ -48,6 +48,10 @@ class ModelSpec:
 
     ``quantization`` is the checkpoint's ``quantization_config`` as vLLM runs it
     (:mod:`latsim.catalog.quant`), None for a 16-bit checkpoint.
+
+    ``encoder_params`` counts the weights vLLM loads beside the language model that a text
+    request never runs (a multimodal checkpoint's vision tower and projector,
+    :mod:`latsim.catalog.multimodal`): 16-bit memory, no step time.
     """
 
     name: str
@@ -74,6 +78,7 @@ class ModelSpec:
     qk_norm: bool = False
     norms_per_layer: int = 2
     quantization: QuantSpec | None = None
+    encoder_params: int = 0
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
@@ -84,6 +89,8 @@ class ModelSpec:
                 f"model {self.name!r}: num_heads={self.num_heads} must be a multiple of "
                 f"num_kv_heads={self.num_kv_heads}"
             )
+        if self.encoder_params < 0:
+            raise ValueError(f"model {self.name!r}: encoder_params must be >= 0, got {self.encoder_params}")
         self._check_mlp()
         self._check_sliding_window()
 

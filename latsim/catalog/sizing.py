@@ -8,7 +8,9 @@ Counting rules (checked against published totals in ``tests/catalog/test_sizing.
 * MoE layers: every expert, the router (``hidden x num_experts``) and, when present, the shared
   expert and its one-output gate (Qwen2-MoE); a token activates ``experts_per_token`` experts
   plus the router and the shared expert;
-* norms: ``norms_per_layer`` hidden-size vectors per layer and one final norm.
+* norms: ``norms_per_layer`` hidden-size vectors per layer and one final norm;
+* a multimodal checkpoint's vision tower and projector (``ModelSpec.encoder_params``): 16-bit,
+  counted in the total and the weight bytes, never active for a text token.
 
 Weight bytes (:func:`weight_bytes`): the linear layers of attention and MLP/experts are stored in
 the chosen weight dtype.  Embedding, LM head, norms, biases and the MoE router stay 16-bit, as in
@@ -71,7 +73,7 @@ def param_breakdown(model: ModelSpec) -> ParamBreakdown:
         lm_head=0 if model.tie_word_embeddings else embedding,
         linear=attn + dense + experts_total,
         linear_active=attn + dense + experts_active,
-        other=small + router,
+        other=small + router + model.encoder_params,
         other_active=small + router_active,
     )
 
