@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from latsim.engines.vllm.scheduler import SchedulerLimits, VllmScheduler
 from latsim.oracle.steprecord import StepRecord, StreamRequest
+from latsim.oracle.vllm_build import oracle_layout
 from latsim.sim.request import FINISHED, REJECTED, Req
 from latsim.sim.router import rejected_by_engine
 from latsim.sim.step import StepPlan
@@ -21,6 +22,7 @@ def run_latsim_scheduler(stream: list[StreamRequest], *, num_gpu_blocks: int, bl
                          max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                          enable_chunked_prefill: bool = True, enable_prefix_caching: bool = True,
                          scheduler_reserve_full_isl: bool = True, async_scheduling: bool = False,
+                         kv_full_groups: int = 1, kv_sliding_groups: int = 0, sliding_window: int = 0,
                          max_steps: int = 100_000) -> list[StepRecord]:
     """Step latsim's vLLM scheduler over ``stream`` until every request is done or rejected.
 
@@ -28,12 +30,19 @@ def run_latsim_scheduler(stream: list[StreamRequest], *, num_gpu_blocks: int, bl
     ``async_scheduling`` the engine learns that a request finished one step after the step
     that produced its last token (vLLM applies that output after scheduling the next step),
     so the run ends with one more idle step, as vLLM's does; ``finished`` still lists a
-    request on the step that produced its last token.
+    request on the step that produced its last token.  ``kv_full_groups`` /
+    ``kv_sliding_groups`` / ``sliding_window``: the KV-cache groups, as for vLLM's side
+    (:func:`~latsim.oracle.vllm_exact.run_vllm_scheduler`).
     """
     limits = SchedulerLimits(max_num_seqs, max_num_batched_tokens, max_model_len, block_size,
                              enable_chunked_prefill, enable_prefix_caching,
                              scheduler_reserve_full_isl=scheduler_reserve_full_isl,
-                             async_scheduling=async_scheduling)
+                             async_scheduling=async_scheduling,
+                             kv_layout=oracle_layout(dict(kv_full_groups=kv_full_groups,
+                                                          kv_sliding_groups=kv_sliding_groups,
+                                                          sliding_window=sliding_window,
+                                                          max_num_batched_tokens=max_num_batched_tokens,
+                                                          max_model_len=max_model_len, block_size=block_size)))
     sched = VllmScheduler(limits, num_gpu_blocks)
     arrivals: dict[int, list[tuple[str, Req]]] = defaultdict(list)
     for i, s in enumerate(stream):

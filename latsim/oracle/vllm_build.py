@@ -1,10 +1,11 @@
-"""Build vLLM 0.25.1's v1 scheduler on the CPU for one full-attention KV group.
+"""Build vLLM 0.25.1's v1 scheduler on the CPU over a KV pool of one or more groups.
 
 The pieces :mod:`latsim.oracle.vllm_exact` needs from vLLM itself: importing it (log to stderr),
 a stub model directory (a config.json is all ``ModelConfig`` reads), the ``Scheduler`` or
 ``AsyncScheduler`` with the engine's configuration objects, and the engine core's block hasher
-for prefix caching.  Like :mod:`latsim.oracle.vllm_exact`, this module imports nothing from
-latsim: the differential oracle runs it in vLLM's reference python.
+for prefix caching.  Like :mod:`latsim.oracle.vllm_exact`, it imports from latsim only a
+pure-Python module (:mod:`latsim.sim.kvlayout`, the groups' arithmetic): the differential oracle
+runs it in vLLM's reference python, which has none of latsim's dependencies.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from latsim.sim.kvlayout import KvLayout
 
 VOCAB_SIZE = 32000
 """Token ids of prompts and sampled tokens are drawn from ``[1, VOCAB_SIZE)``."""
@@ -56,11 +60,22 @@ def import_vllm() -> Any:
     return vllm
 
 
-def check_pool(num_gpu_blocks: int, block_size: int, max_model_len: int) -> None:
+def oracle_layout(kw: Mapping[str, Any]) -> KvLayout:
+    """The KV groups the keywords ``kv_full_groups`` / ``kv_sliding_groups`` / ``sliding_window``
+    ask for (default one full-attention group), with vLLM's admission cap."""
+    full, sliding = int(kw.get("kv_full_groups", 1)), int(kw.get("kv_sliding_groups", 0))
+    window = int(kw.get("sliding_window", 0))
+    cap = KvLayout.sliding_admission_blocks(window, kw["max_num_batched_tokens"], kw["max_model_len"],
+                                            kw["block_size"]) if sliding else 0
+    return KvLayout(full, sliding, window, cap)
+
+
+def check_pool(num_gpu_blocks: int, block_size: int, max_model_len: int, layout: KvLayout | None = None) -> None:
     """Raise ``ValueError`` when vLLM would refuse to start with this KV pool."""
     # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory: the engine refuses to start
-    # unless one max_model_len sequence fits, i.e. num_blocks >= ceil(max_model_len / block).
-    needed = -(-max_model_len // block_size)
+    # unless one max_model_len sequence fits, i.e. num_blocks >= ceil(max_model_len / block)
+    # (over the groups: each sliding one at most its admission cap).
+    needed = (layout or KvLayout()).admission(max_model_len, block_size)
     if num_gpu_blocks < needed:
         raise ValueError(
             f"num_gpu_blocks {num_gpu_blocks} cannot hold one max_model_len={max_model_len} "
@@ -77,13 +92,14 @@ def _stub_model_dir() -> str:
 
 
 def build_vllm_scheduler(**kw: Any) -> Any:
-    """vLLM's scheduler for one full-attention KV group of ``num_gpu_blocks`` blocks."""
+    """vLLM's scheduler for ``num_gpu_blocks`` blocks in the groups :func:`oracle_layout` reads
+    from ``kw`` (one full-attention group by default)."""
     import_vllm()
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
     scheduler_config = SchedulerConfig.default_factory(
@@ -115,16 +131,16 @@ def build_vllm_scheduler(**kw: Any) -> Any:
         device_config=DeviceConfig(device="cpu"),
     )
     vllm_config.cache_config.num_gpu_blocks = kw["num_gpu_blocks"]
-    spec = FullAttentionSpec(
-        block_size=kw["block_size"],
-        num_kv_heads=kw["num_kv_heads"],
-        head_size=kw["head_dim"],
-        dtype=torch.bfloat16,
-    )
+    shape = dict(block_size=kw["block_size"], num_kv_heads=kw["num_kv_heads"], head_size=kw["head_dim"],
+                 dtype=torch.bfloat16)
+    layout = oracle_layout(kw)
+    sliding = [KVCacheGroupSpec([f"sliding.{g}"], SlidingWindowSpec(**shape, sliding_window=layout.window))
+               for g in range(layout.sliding)]  # the interleaved models' first layer slides: its groups come first
+    full = [KVCacheGroupSpec([f"full.{g}"], FullAttentionSpec(**shape)) for g in range(layout.full)]
     kv_cache_config = KVCacheConfig(
         num_blocks=kw["num_gpu_blocks"],
         kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+        kv_cache_groups=sliding + full,
     )
     cls = AsyncScheduler if kw["async_scheduling"] else Scheduler
     return cls(

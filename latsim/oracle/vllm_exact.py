@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latsim.oracle.steprecord import StepRecord, StreamRequest
-from latsim.oracle.vllm_build import VOCAB_SIZE, block_hasher, build_vllm_scheduler, check_pool
+from latsim.oracle.vllm_build import VOCAB_SIZE, block_hasher, build_vllm_scheduler, check_pool, oracle_layout
 
 
 def rejected_by_front_end(prompt_tokens: int, output_tokens: int, max_model_len: int) -> bool:
@@ -59,6 +59,9 @@ def run_vllm_scheduler(
     long_prefill_token_threshold: int = 0,
     scheduler_reserve_full_isl: bool = True,
     watermark: float = 0.0,
+    kv_full_groups: int = 1,
+    kv_sliding_groups: int = 0,
+    sliding_window: int = 0,
     seed: int = 0,
     max_steps: int = 100_000,
 ) -> list[StepRecord]:
@@ -77,7 +80,9 @@ def run_vllm_scheduler(
 
     Raises ``ValueError`` for an invalid stream or a KV pool vLLM would refuse to start with
     (fewer than ``ceil(max_model_len / block_size)`` blocks), and ``ImportError`` when vLLM
-    is not installed.
+    is not installed.  ``kv_full_groups`` / ``kv_sliding_groups`` / ``sliding_window`` lay the
+    KV cache out in groups as a model with sliding-window layers has them
+    (:mod:`latsim.sim.kvlayout`; default one full-attention group).
     """
     _check_stream(stream)
     core = vllm_core(
@@ -95,6 +100,9 @@ def run_vllm_scheduler(
         long_prefill_token_threshold=long_prefill_token_threshold,
         scheduler_reserve_full_isl=scheduler_reserve_full_isl,
         watermark=watermark,
+        kv_full_groups=kv_full_groups,
+        kv_sliding_groups=kv_sliding_groups,
+        sliding_window=sliding_window,
     )
     return _Driver(core, stream).run(max_steps)
 
@@ -103,7 +111,8 @@ def vllm_core(*, seed: int, **scheduler_kw: Any) -> VllmCore:
     """A :class:`VllmCore` around vLLM's scheduler built from ``scheduler_kw`` (the keywords of
     :func:`~latsim.oracle.vllm_build.build_vllm_scheduler`), once :func:`check_pool` accepts the
     pool; two steps in flight with asynchronous scheduling, one without."""
-    check_pool(scheduler_kw["num_gpu_blocks"], scheduler_kw["block_size"], scheduler_kw["max_model_len"])
+    check_pool(scheduler_kw["num_gpu_blocks"], scheduler_kw["block_size"], scheduler_kw["max_model_len"],
+               oracle_layout(scheduler_kw))
     return VllmCore(build_vllm_scheduler(**scheduler_kw), scheduler_kw["max_model_len"], seed,
                     in_flight=2 if scheduler_kw["async_scheduling"] else 1)
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from latsim.catalog.devices import DeviceSpec
     from latsim.costmodel.host import HostOverhead
     from latsim.deployment import Deployment, EngineConfig
+    from latsim.sim.kvlayout import KvLayout
     from latsim.sim.protocols import FastForward, Scheduler
 
 
@@ -33,6 +34,9 @@ class KvPlan(Protocol):
 
     @property
     def kv_capacity_tokens(self) -> int: ...
+
+    def kv_layout(self, max_num_batched_tokens: int) -> KvLayout:
+        """How the blocks are grouped when some layers slide (:class:`~latsim.sim.kvlayout.KvLayout`)."""
 
     def as_dict(self) -> dict[str, float]:
         """The plan's figures, for reports."""

@@ -29,6 +29,10 @@ class Req:
     are those of cohort step ``base`` and the cohort knows how far it has moved since; ``base
     == -1`` means every field is current.  ``seq`` orders requests by when they (last) joined
     the running list, so finished requests are freed in running order.
+
+    ``num_blocks`` is the length of the request's block table in each KV-cache group and
+    ``skipped`` how many leading blocks of each sliding-window table were freed
+    (:mod:`latsim.sim.kvlayout`; always 0 when no layer slides).
     """
 
     __slots__ = (
@@ -53,6 +57,7 @@ class Req:
         "replica",
         "sampled_at",
         "seq",
+        "skipped",
         "state",
         "target",
     )
@@ -69,6 +74,7 @@ class Req:
         self.replica = -1
         self.num_computed = 0
         self.num_blocks = 0
+        self.skipped = 0
         self.keys: dict[int, Copy] = {}
         self.cached_upto = 0
         self.cached_tokens = 0

@@ -17,6 +17,7 @@ import numpy as np
 
 from latsim.oracle.differential import Case, latsim_records
 from latsim.oracle.steprecord import StreamRequest
+from latsim.oracle.vllm_build import oracle_layout
 
 BS = 16
 
@@ -95,6 +96,22 @@ def shared_prompts_case(rng: np.random.Generator, label: str) -> Case:
         enable_prefix_caching=True,
     )
     return Case(tuple(stream), config, label=label)
+
+
+LAYOUTS = ((1, 1), (1, 6), (0, 1), (2, 1))
+"""(full, sliding) KV-cache groups: Gemma-2, Gemma-3, a model whose every layer slides, more full layers."""
+
+
+def sliding_case(rng: np.random.Generator, label: str, *, tight: bool, caching: bool, groups: int = 0) -> Case:
+    """A :func:`random_case` over KV-cache groups of which some slide (windows of 32-256 tokens,
+    requests of up to 120 outputs, so that most outgrow their window), in a pool vLLM accepts."""
+    base = random_case(rng, label, tight=tight, caching=caching, groups=groups, n=(6, 30), out=(1, 120))
+    full, sliding = LAYOUTS[int(rng.integers(0, len(LAYOUTS)))]
+    config = dict(base.config, kv_full_groups=full, kv_sliding_groups=sliding,
+                  sliding_window=int(rng.choice([32, 64, 100, 256])))
+    need = oracle_layout(config).admission(config["max_model_len"], BS)
+    config["num_gpu_blocks"] = need + int(rng.integers(1, need + 2)) if tight else 20 * need
+    return Case(base.stream, config, label=label)
 
 
 def _family(seed: int, count: int, name: str, make: Callable[..., Case], **kw) -> list[Case]:
@@ -215,6 +232,9 @@ FAMILIES: dict[str, Callable[[], list[Case]]] = {
         + _family(112, 30, "prefix-pressure-mixed", random_case, tight=True, groups=2, caching=True)
     ],
     "async_mix": lambda: asynchronous(_sync_mix(200, 360)),
+    "sliding_pressure": lambda: _family(120, 60, "sliding-pressure", sliding_case, tight=True, caching=False)
+    + asynchronous(_family(121, 30, "sliding-async", sliding_case, tight=True, caching=False)),
+    "sliding_cached": lambda: _family(122, 40, "sliding-cached", sliding_case, tight=False, caching=True, groups=3),
     "repros": lambda: [c if name in ("F1", "F2") else neutralised(c) for name, c in REPROS.items()],
     "speed": lambda: [Case(tuple(decode_stream()), DECODE_CONFIG, label="64-sequence decode")],
 }

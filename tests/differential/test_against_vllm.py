@@ -95,6 +95,25 @@ def test_kv_pressure_preemption_and_resume(oracle):
     assert_same(cases, expected)
 
 
+@pytest.mark.oracle_cases("sliding_pressure")
+def test_sliding_window_groups_under_kv_pressure(oracle):
+    """Sliding-window KV-cache groups (Gemma-2's 1 + 1, Gemma-3's 1 + 6, all sliding, 2 + 1) in
+    tight pools: blocks freed behind the window, the admission cap, preemption, both scheduler loops."""
+    cases, expected = oracle_pair(oracle, "sliding_pressure")
+    assert sum(len(r.preempted) for rs in expected for r in rs) > 40
+    outgrown = sum(1 for c in cases for r in c.stream if r.prompt_tokens + r.output_tokens > c.config["sliding_window"])
+    assert outgrown > 300  # most requests outgrow their window, so blocks are freed behind it
+    assert_same(cases, expected)
+
+
+@pytest.mark.oracle_cases("sliding_cached")
+def test_sliding_window_groups_with_prefix_cache_hits(oracle):
+    """Shared prefixes over sliding-window groups with room to spare: the same hits and steps."""
+    cases, expected = oracle_pair(oracle, "sliding_cached")
+    assert sum(1 for rs in expected for r in rs for n in r.cached_tokens.values() if n > 0) > 50
+    assert_same(cases, expected)
+
+
 # --- synchronous scheduling: known semantic differences -------------------------------------
 
 

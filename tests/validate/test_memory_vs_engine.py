@@ -30,6 +30,19 @@ def test_kv_capacity_matches_the_engine_log(name):
     assert abs(predicted - measured) / measured < TOLERANCE[name]
 
 
+@pytest.mark.parametrize("run", ["h200-fidelity/mistral-7b-long/burst", "h200-fidelity/phi-3-mini-fixed-in512-out128/burst"])
+def test_sliding_window_models_report_the_engines_kv_cache_size(run):
+    """Every layer of Mistral-7B-v0.1 (window 4,096) and Phi-3-mini (2,047) slides: vLLM sizes its
+    "GPU KV cache size" by the window's admission cap, not the context (2.49M tokens in 58,348
+    blocks for Mistral at max_model_len 32,768); the blocks are those of every layer, as before."""
+    meta = read_meta(DATA / run)
+    deployment = deployment_for(meta, "h200")
+    plan = plan_memory(deployment)
+    assert plan.num_blocks == meta["engine_config"]["num_gpu_blocks"]  # the recorded pool, replayed
+    logged = meta["engine_config"]["kv_cache_size_tokens"]
+    assert abs(plan.kv_capacity_tokens - logged) <= 1
+
+
 def test_a_run_with_an_fp8_kv_cache_is_replayed_with_one():
     """vLLM's ``cache_dtype`` recorded in a run sets the replay's KV dtype (and halves its bytes)."""
     from latsim.validate.compare import engine_kv_dtype

@@ -32,7 +32,8 @@ class StaticBatchScheduler:
     def __init__(self, limits: SchedulerLimits, num_blocks: int, batch_size: int) -> None:
         self.limits = limits
         self.batch_size = batch_size
-        self.kv = KVManager(num_blocks - 1, limits.block_size, limits.max_model_len, prefix_caching=False)
+        self.kv = KVManager(num_blocks - 1, limits.block_size, limits.max_model_len, prefix_caching=False,
+                            layout=limits.kv_layout)
         self.batch: list[Req] = []
         self.running: list[Req] = []
         self.waiting: deque[Req] = deque()

@@ -31,6 +31,7 @@ def limits_for(engine: EngineConfig, memory: KvPlan) -> SchedulerLimits:
         enable_prefix_caching=engine.enable_prefix_caching,
         async_scheduling=engine.async_scheduling,
         executor=engine.executor,
+        kv_layout=memory.kv_layout(tokens),
     )
 
 
@@ -77,12 +78,21 @@ def default_executor(tp: int) -> str:
     return "mp" if tp > 1 else "uni"
 
 
+def make_fast(limits: SchedulerLimits, num_blocks: int) -> FastVllmScheduler | None:
+    """The fast twin of the reference scheduler; None when some layers slide (its decode cohort
+    takes a block every ``block_size`` steps and never frees one, which a sliding window does:
+    such engines are stepped by the reference, one step at a time)."""
+    if limits.kv_layout.sliding:
+        return None
+    return FastVllmScheduler(limits, num_blocks)
+
+
 SPEC = EngineSpec(
     name="vllm",
     server_defaults=server_defaults,
     plan_memory=plan_checked,
     make_scheduler=lambda engine, memory: VllmScheduler(limits_for(engine, memory), memory.num_blocks),
-    make_fast=lambda engine, memory: FastVllmScheduler(limits_for(engine, memory), memory.num_blocks),
+    make_fast=lambda engine, memory: make_fast(limits_for(engine, memory), memory.num_blocks),
     graph_tokens=graph_tokens,
     default_executor=default_executor,
     overlaps_host=lambda engine: engine.async_scheduling,

@@ -243,7 +243,7 @@ class FastVllmScheduler(VllmScheduler):
         for z in zombies:
             if z.keys:
                 return None  # shared blocks: what the release frees is not just a count
-            freed += z.num_blocks
+            freed += self.kv.held(z)
         if self.waiting and self.head_admissible(budget - k, len(zombies), freed):
             return None
         free = self.kv.pool.num_free

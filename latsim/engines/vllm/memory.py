@@ -6,6 +6,7 @@ parallel group, and reports every term so users can compare with the engine's ow
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
@@ -15,7 +16,9 @@ from latsim.catalog.models import DTYPE_BYTES, ModelSpec
 from latsim.catalog.sizing import weight_bytes
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.engines.vllm.advice import fit_advice
+from latsim.engines.vllm.kvgroups import KvGroups, kv_groups
 from latsim.paths import engine_data
+from latsim.sim.kvlayout import KvLayout, cdiv
 
 GIB = 2**30
 
@@ -26,7 +29,12 @@ class DoesNotFitError(ValueError):
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Per-GPU memory terms in bytes, the resulting KV blocks, and the usable context length."""
+    """Per-GPU memory terms in bytes, the resulting KV blocks, and the usable context length.
+
+    ``kv_bytes_per_token`` counts every attention layer; a pool block holds one KV-cache group's
+    layers (``kv_groups``, :mod:`latsim.engines.vllm.kvgroups`: all of them unless full and
+    sliding-window layers interleave) for ``block_size`` tokens.
+    """
 
     device_bytes: float
     budget_bytes: float
@@ -39,16 +47,28 @@ class MemoryPlan:
     num_blocks: int
     block_size: int
     max_model_len: int
+    kv_groups: KvGroups
+    max_num_batched_tokens: int
 
     @property
     def kv_capacity_tokens(self) -> int:
-        """vLLM's "GPU KV cache size" log line: ``num_blocks * block_size`` tokens.
+        """vLLM's "GPU KV cache size" log line: ``num_blocks * block_size`` tokens for one group.
 
         (vLLM logs ``int(num_blocks / ceil(max_model_len / block_size) * max_model_len)``, the
-        same number when ``max_model_len`` is a multiple of ``block_size``.)  It counts the
-        null block; the scheduler can use :attr:`usable_blocks`.
+        same number when ``max_model_len`` is a multiple of ``block_size``.)  With sliding-window
+        groups it is that formula with the blocks one full-length request holds at its peak
+        (:meth:`KvGroups.max_request_blocks`): the context the pool holds in such requests.  It
+        counts the null block; the scheduler can use :attr:`usable_blocks`.
         """
-        return self.num_blocks * self.block_size
+        if not self.kv_groups.sliding:
+            return self.num_blocks * self.block_size
+        per_request = self.kv_groups.max_request_blocks(self.max_num_batched_tokens, self.max_model_len,
+                                                        self.block_size)
+        return int(self.num_blocks / per_request * self.max_model_len)
+
+    def kv_layout(self, max_num_batched_tokens: int) -> KvLayout:
+        """The scheduler's block groups at this token budget (:class:`~latsim.sim.kvlayout.KvLayout`)."""
+        return self.kv_groups.layout(max_num_batched_tokens, self.max_model_len, self.block_size)
 
     @property
     def usable_blocks(self) -> int:
@@ -122,38 +142,70 @@ def _plan(deployment: Deployment, advise: bool, engine: EngineConfig | None = No
     graphs = c["cuda_graph_bytes"]
     kv = budget - weights - activations - non_torch - graphs
     per_token = kv_bytes_per_token_per_gpu(model, deployment.kv_dtype, tp)
-    bs = engine.block_size
+    bs, groups = engine.block_size, kv_groups(model)
+    block_bytes = per_token / model.num_layers * groups.layers * bs
+    num_blocks = int(kv // block_bytes) if kv > 0 else 0
     if engine.num_gpu_blocks is not None:
         num_blocks = engine.num_gpu_blocks
-    else:
-        num_blocks = int(kv // (per_token * bs)) if kv > 0 else 0
     if num_blocks < 1:
         message = _does_not_fit_message(deployment, budget, weights, activations, non_torch + graphs)
         raise DoesNotFitError(message + (fit_advice(deployment, _works) if advise else ""))
-    max_len = _max_model_len(deployment, engine, num_blocks * bs, per_token, advise)
+    tokens = int(engine.max_num_batched_tokens or 0)
+    pages = _request_pages(model, groups, tokens, bs)
+    page_bytes = block_bytes / groups.layers
+    max_len = _max_model_len(deployment, engine, pages, num_blocks * groups.layers, page_bytes, advise)
     return MemoryPlan(device_bytes, budget, weights, activations, non_torch, graphs, kv, per_token,
-                      num_blocks, bs, max_len)
+                      num_blocks, bs, max_len, groups, tokens)
 
 
-def _max_model_len(deployment: Deployment, engine: EngineConfig, capacity: int, per_token: float,
-                   advise: bool) -> int:
+def _request_pages(model: ModelSpec, groups: KvGroups, tokens: int, block_size: int) -> Callable[[int], int]:
+    """Pages (one layer's block) one request of ``n`` tokens may hold at its peak, summed over the
+    real layers as vLLM's start-up check (``check_enough_kv_cache_memory``) sums them: every block of
+    its context on a full-attention layer, the admission cap on a sliding one (``window - 1`` plus a
+    step's tokens, capped at ``n``, plus one block: a block more than a short context's own)."""
+    def pages(n: int) -> int:
+        slots = cdiv(n, block_size)
+        if not groups.sliding:
+            return model.num_layers * slots
+        capped = groups.layout(tokens, n, block_size).admission_blocks
+        return model.num_full_attention_layers * slots + model.num_sliding_window_layers * capped
+    return pages
+
+
+def _max_model_len(deployment: Deployment, engine: EngineConfig, pages: Callable[[int], int], pool_pages: int,
+                   page_bytes: float, advise: bool) -> int:
+    """The context length the engine runs with: the asked or the model's, if one such request's
+    ``pages`` fit the pool's ``pool_pages`` (else :class:`DoesNotFitError`, naming the longest that fits)."""
     model_max = deployment.model.max_position_embeddings
     wanted = engine.max_model_len or model_max
     if engine.max_model_len is not None and engine.max_model_len > model_max:
         raise ValueError(
             f"max_model_len={engine.max_model_len} exceeds the {model_max} positions of {deployment.model.name}"
         )
-    if wanted > capacity:
+    if pages(wanted) > pool_pages:
+        capacity = _longest_fitting(pages, pool_pages, wanted)
         shorter = replace(deployment, engine=replace(deployment.engine, max_model_len=capacity))
         advice = fit_advice(deployment, _works) if advise else ""
         raise DoesNotFitError(
-            f"{deployment.model.name} with max_model_len={wanted} needs {wanted * per_token / GIB:.2f} GiB of KV "
-            f"cache per GPU for one full-length request, but only {capacity * per_token / GIB:.2f} GiB is left "
+            f"{deployment.model.name} with max_model_len={wanted} needs {pages(wanted) * page_bytes / GIB:.2f} GiB of "
+            f"KV cache per GPU for one full-length request, but only {pool_pages * page_bytes / GIB:.2f} GiB is left "
             f"({capacity} tokens)"
             + (f"; it fits with --max-model-len {capacity}" + advice.replace("; it fits with", ", or with", 1)
                if advise and _works(shorter) else advice)
         )
     return wanted
+
+
+def _longest_fitting(pages: Callable[[int], int], pool_pages: int, upper: int) -> int:
+    """The longest request below ``upper`` whose ``pages`` fit ``pool_pages`` (0 when none does)."""
+    lo, hi = 0, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if pages(mid) <= pool_pages:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _does_not_fit_message(deployment: Deployment, budget: float, weights: float, activations: float,

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from latsim.engines.vllm.launch import LaunchClock
-from latsim.sim.kvmanager import KVManager
+from latsim.sim.kvlayout import KvLayout
+from latsim.sim.kvmanager import ONE_GROUP, KVManager
 from latsim.sim.request import FINISHED, PREEMPTED, RUNNING, Req, advance_request
 from latsim.sim.step import StepPlan
 
@@ -76,6 +77,8 @@ class SchedulerLimits:
     """Where the model runs: ``uni``, in the engine-core process; ``mp``, in worker processes
     (:data:`latsim.deployment.EXECUTORS`); sets how graph-less launches overlap
     (:class:`~latsim.engines.vllm.launch.LaunchClock`)."""
+    kv_layout: KvLayout = ONE_GROUP
+    """The KV-cache groups when some attention layers slide (default: one full-attention group)."""
 
     def __post_init__(self) -> None:
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
@@ -98,7 +101,8 @@ class VllmScheduler:
 
     def __init__(self, limits: SchedulerLimits, num_blocks: int) -> None:
         self.limits = limits
-        self.kv = KVManager(num_blocks - 1, limits.block_size, limits.max_model_len, limits.enable_prefix_caching)
+        self.kv = KVManager(num_blocks - 1, limits.block_size, limits.max_model_len, limits.enable_prefix_caching,
+                            limits.kv_layout)
         self.running: list[Req] = []
         self.waiting: deque[Req] = deque()
         self.zombies: list[Req] = []
@@ -221,6 +225,8 @@ class VllmScheduler:
         if hits:
             return self.kv.full_sequence_fits(req, hits)
         kv = self.kv
+        if kv.grouped:
+            return kv.admission_blocks(req) <= kv.pool.num_free + extra_free
         tokens = req.num_tokens if req.num_tokens < kv.max_model_len else kv.max_model_len
         return -(-tokens // kv.block_size) <= kv.pool.num_free + extra_free
 
