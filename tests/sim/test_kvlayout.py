@@ -150,7 +150,8 @@ def test_a_long_context_fits_when_only_the_full_layers_hold_all_of_it() -> None:
     assert plan.max_model_len == 131072
     assert plan.kv_bytes < 131072 * plan.kv_bytes_per_token
     with pytest.raises(DoesNotFitError, match=r"--max-model-len \d+"):
-        plan_memory(Deployment(model=model, device=load_device("h100"), engine=EngineConfig(gpu_memory_utilization=0.8)))
+        tighter = EngineConfig(gpu_memory_utilization=0.8)
+        plan_memory(Deployment(model=model, device=load_device("h100"), engine=tighter))
 
 
 def test_models_without_sliding_layers_plan_as_before() -> None:

@@ -30,7 +30,10 @@ def test_kv_capacity_matches_the_engine_log(name):
     assert abs(predicted - measured) / measured < TOLERANCE[name]
 
 
-@pytest.mark.parametrize("run", ["h200-fidelity/mistral-7b-long/burst", "h200-fidelity/phi-3-mini-fixed-in512-out128/burst"])
+SLIDING_RUNS = ["h200-fidelity/mistral-7b-long/burst", "h200-fidelity/phi-3-mini-fixed-in512-out128/burst"]
+
+
+@pytest.mark.parametrize("run", SLIDING_RUNS)
 def test_sliding_window_models_report_the_engines_kv_cache_size(run):
     """Every layer of Mistral-7B-v0.1 (window 4,096) and Phi-3-mini (2,047) slides: vLLM sizes its
     "GPU KV cache size" by the window's admission cap, not the context (2.49M tokens in 58,348
