@@ -39,8 +39,8 @@ def capacity_bounds(deployment: Deployment, mean_input: float, mean_output: floa
         plan = engine_spec(engine.engine).plan_memory(deployment, engine)
     except ValueError as exc:  # DoesNotFitError and a max_model_len above the KV capacity
         return Bounds(False, f"memory: {exc}", 0, 0.0)
-    capacity = int(plan.kv_capacity_tokens)
-    if capacity < longest or plan.max_model_len < longest:
+    capacity = plan.kv_tokens_at(max(int(mean_input), 1))
+    if plan.kv_tokens_at(longest) < longest or plan.max_model_len < longest:
         return Bounds(False, f"memory: the KV cache holds {capacity} tokens, max_model_len {plan.max_model_len}; "
                              f"the longest request needs {longest}", capacity, 0.0)
     return Bounds(True, "", capacity, deployment.replicas * replica_rate_bound(deployment, mean_input, mean_output,

@@ -503,7 +503,7 @@ def _deployment(model: str, device: str, tp: int, replicas: int, weight_dtype: s
                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine)
     resolved = resolve_engine(d)
     plan = engine_spec(resolved.engine).plan_memory(d, resolved)
-    return d, resolved, float(plan.kv_capacity_tokens)
+    return d, resolved, float(plan.kv_tokens_unwindowed)  # the definition the shipped surrogate was trained on
 
 
 def _kv_bytes(d) -> float:

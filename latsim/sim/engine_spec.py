@@ -35,6 +35,12 @@ class KvPlan(Protocol):
     @property
     def kv_capacity_tokens(self) -> int: ...
 
+    @property
+    def kv_tokens_unwindowed(self) -> int: ...
+
+    def kv_tokens_at(self, tokens: int) -> int:
+        """The context the pool holds in requests of ``tokens`` each."""
+
     def kv_layout(self, max_num_batched_tokens: int) -> KvLayout:
         """How the blocks are grouped when some layers slide (:class:`~latsim.sim.kvlayout.KvLayout`)."""
 

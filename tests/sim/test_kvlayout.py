@@ -42,10 +42,10 @@ def test_bad_layouts_are_refused(kw, match) -> None:
 
 
 @pytest.mark.parametrize(("model", "groups"), [
-    ("llama-3.1-8b", KvGroups(32, 1, 0, 0)),
-    ("mistral-7b", KvGroups(32, 0, 1, 4096)),  # v0.1: every layer slides, one group
-    ("gemma-2-9b", KvGroups(21, 1, 1, 4096)),  # 21 full and 21 sliding layers
-    ("gemma-2-27b", KvGroups(23, 1, 1, 4096)),
+    ("llama-3.1-8b", KvGroups(32, 1, 0, 0, 32)),
+    ("mistral-7b", KvGroups(32, 0, 1, 4096, 32)),  # v0.1: every layer slides, one group
+    ("gemma-2-9b", KvGroups(21, 1, 1, 4096, 42)),  # 21 full and 21 sliding layers
+    ("gemma-2-27b", KvGroups(23, 1, 1, 4096, 46)),
 ])
 def test_catalog_models_group_as_vllm_groups_them(model, groups) -> None:
     assert kv_groups(load_model(model)) == groups
@@ -53,13 +53,13 @@ def test_catalog_models_group_as_vllm_groups_them(model, groups) -> None:
 
 def test_gemma3_groups_are_padded_to_the_full_layers_count() -> None:
     """vLLM's rule: 10 full and 52 sliding layers -> groups of 10: 1 full, 6 sliding (8 padding layers)."""
-    assert kv_groups(parse_hf_config(gemma3_27b(), "g3")) == KvGroups(10, 1, 6, 1024)
+    assert kv_groups(parse_hf_config(gemma3_27b(), "g3")) == KvGroups(10, 1, 6, 1024, 62)
     cfg = gemma3_27b()
     cfg["text_config"] = {**cfg["text_config"], "num_hidden_layers": 7,
                           "layer_types": ["sliding_attention"] * 4 + ["full_attention"] * 3}
-    assert kv_groups(parse_hf_config(cfg, "g3")) == KvGroups(4, 1, 1, 1024)  # 4 < 1.5 x 3: the larger count
+    assert kv_groups(parse_hf_config(cfg, "g3")) == KvGroups(4, 1, 1, 1024, 7)  # 4 < 1.5 x 3: the larger count
     cfg["text_config"]["layer_types"] = ["sliding_attention"] * 5 + ["full_attention"] * 2
-    assert kv_groups(parse_hf_config(cfg, "g3")) == KvGroups(2, 1, 3, 1024)  # 5 >= 1.5 x 2: padded to 6
+    assert kv_groups(parse_hf_config(cfg, "g3")) == KvGroups(2, 1, 3, 1024, 7)  # 5 >= 1.5 x 2: padded to 6
 
 
 def decode(kv: KVManager, req: Req, steps: int) -> None:
@@ -159,3 +159,15 @@ def test_models_without_sliding_layers_plan_as_before() -> None:
     assert plan.kv_capacity_tokens == plan.num_blocks * BS
     assert plan.num_blocks == int(plan.kv_bytes // (plan.kv_bytes_per_token * BS))
     assert plan.kv_layout(8192) == KvLayout()
+
+
+def test_the_pool_in_tokens_by_request_length() -> None:
+    """Without sliding layers every figure is ``num_blocks x block_size``; with them short requests
+    hold a block per group for every 16 tokens, long ones only the window in the sliding groups."""
+    llama = plan_memory(h200(load_model("llama-3.1-8b")))
+    assert llama.kv_tokens_at(100) == llama.kv_tokens_unwindowed == llama.kv_capacity_tokens
+    gemma = plan_memory(h200(parse_hf_config(gemma3_27b(), "g3")))
+    short, long = gemma.kv_tokens_at(512), gemma.kv_tokens_at(65536)
+    assert short == pytest.approx(gemma.num_blocks * BS / 7, rel=0.01)  # 7 tables, every token in each
+    assert gemma.kv_tokens_unwindowed == gemma.num_blocks * BS * 10 // 62  # every layer keeping every token
+    assert short < gemma.kv_tokens_unwindowed < long < gemma.num_blocks * BS  # the windows stop growing

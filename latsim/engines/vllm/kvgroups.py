@@ -20,12 +20,14 @@ from latsim.sim.kvlayout import KvLayout, cdiv
 
 @dataclass(frozen=True)
 class KvGroups:
-    """``full`` and ``sliding`` groups of ``layers`` layers each; ``window``: the sliding layers' window."""
+    """``full`` and ``sliding`` groups of ``layers`` layers each (of the model's ``total``
+    attention layers); ``window``: the sliding layers' window."""
 
     layers: int
     full: int
     sliding: int
     window: int
+    total: int
 
     def layout(self, max_num_batched_tokens: int, max_model_len: int, block_size: int) -> KvLayout:
         """The scheduler's view of these groups (:class:`~latsim.sim.kvlayout.KvLayout`)."""
@@ -46,10 +48,11 @@ def kv_groups(model: ModelSpec) -> KvGroups:
     """The KV-cache groups vLLM 0.25.1 makes for ``model`` (module docstring)."""
     full, sliding = model.num_full_attention_layers, model.num_sliding_window_layers
     window = model.sliding_window or 0
+    layers = model.num_layers
     if not sliding:
-        return KvGroups(model.num_layers, 1, 0, 0)
+        return KvGroups(layers, 1, 0, 0, layers)
     if not full:
-        return KvGroups(model.num_layers, 0, 1, window)
+        return KvGroups(layers, 0, 1, window, layers)
     small, large = min(full, sliding), max(full, sliding)
     size = large if large < small * 1.5 else small
-    return KvGroups(size, cdiv(full, size), cdiv(sliding, size), window)
+    return KvGroups(size, cdiv(full, size), cdiv(sliding, size), window, layers)

@@ -66,6 +66,22 @@ class MemoryPlan:
                                                         self.block_size)
         return int(self.num_blocks / per_request * self.max_model_len)
 
+    @property
+    def kv_tokens_unwindowed(self) -> int:
+        """The context the pool would hold if every layer kept every token: :attr:`kv_capacity_tokens`
+        for a model without sliding layers, a lower figure for one with them (the planning
+        surrogate's input was trained on it)."""
+        return self.num_blocks * self.block_size * self.kv_groups.layers // self.kv_groups.total
+
+    def kv_tokens_at(self, tokens: int) -> int:
+        """The context the pool holds in requests of ``tokens`` each (their sliding tables holding
+        only the window): :attr:`kv_capacity_tokens` without sliding layers."""
+        if not self.kv_groups.sliding:
+            return self.num_blocks * self.block_size
+        layout = self.kv_layout(self.max_num_batched_tokens)
+        held = layout.held(cdiv(tokens, self.block_size), layout.skipped(tokens, self.block_size))
+        return int(self.num_blocks / max(held, 1) * tokens)
+
     def kv_layout(self, max_num_batched_tokens: int) -> KvLayout:
         """The scheduler's block groups at this token budget (:class:`~latsim.sim.kvlayout.KvLayout`)."""
         return self.kv_groups.layout(max_num_batched_tokens, self.max_model_len, self.block_size)
