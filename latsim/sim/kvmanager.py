@@ -177,12 +177,12 @@ class KVManager:
         old = req.skipped
         if new <= old:
             return
-        self._give_back(self.extra_sliding * (new - old))
+        self.give_back(self.extra_sliding * (new - old))
         if self.primary_slides:
             self.pool.release([req.keys.pop(i, None) for i in range(new - 1, old - 1, -1)])
         req.skipped = new
 
-    def _give_back(self, n: int) -> None:
+    def give_back(self, n: int) -> None:
         """Return ``n`` anonymous full blocks: hashed (the queue tail) when prefix caching is on."""
         if self.prefix_caching:
             self.pool.release_anonymous(n)

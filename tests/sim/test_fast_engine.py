@@ -23,6 +23,8 @@ from latsim.sim.request import Req
 from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
 from latsim.workload.trace import RequestTrace
+from latsim.deployment import Deployment
+from latsim.engines.vllm.memory import DoesNotFitError, plan_memory
 from tests.sim.conftest import LinearCost, small_deployment
 
 
@@ -258,3 +260,41 @@ def test_cohort_squared_contexts_match_summing_request_by_request(contexts, step
     cohort._heap = [(cohort.step if r is first else 10**9, r.seq, r) for r in reqs]
     assert cohort.pop_finished() == [first]
     assert cohort.context_sq() == sum((c + done) ** 2 for c in contexts[1:])
+
+
+def sliding_deployment(sliding_layers: int, window: int, engine: dict) -> Deployment:
+    """:func:`small_deployment` with ``sliding_layers`` of the 8B's 32 layers under a ``window``-token
+    window (16: one full and one sliding group; 26: 1 + 5 groups of 6; 32: every layer slides)."""
+    dep = small_deployment(**vllm_accepts(engine))
+    dep = replace(dep, model=replace(dep.model, sliding_window=window, num_sliding_window_layers=sliding_layers))
+    while True:  # the longest context whose one request fits the tiny pool, as for the unwindowed model
+        try:
+            plan_memory(dep)
+            return dep
+        except DoesNotFitError:
+            dep = replace(dep, engine=replace(dep.engine, max_model_len=dep.engine.max_model_len * 3 // 4))
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), max_in=st.integers(1, 700),
+       max_out=st.integers(1, 300), groups=st.integers(0, 3), engine=engines,
+       sliding=st.sampled_from([16, 26, 32]), window=st.sampled_from([17, 32, 64, 100, 256]))
+def test_fast_engine_equals_reference_with_sliding_windows(seed, qps, max_in, max_out, groups, engine, sliding, window):
+    """Decode runs and single steps free the blocks the windows leave behind exactly as the
+    reference does, through joins with blocks still to free, zombies and KV pressure."""
+    trace = random_trace(seed, 70, qps, max_in, max_out, groups)
+    dep = sliding_deployment(sliding, window, engine)
+    assert_identical(*fast_and_reference(dep, trace))
+
+
+@pytest.mark.parametrize("asynchronous", [True, False])
+def test_sliding_windows_under_kv_pressure_match_and_free_blocks(asynchronous):
+    trace = random_trace(3, 150, 60.0, 500, 250, 0)
+    dep = sliding_deployment(26, 64, dict(num_gpu_blocks=300, async_scheduling=asynchronous,
+                                          enable_prefix_caching=True, max_num_batched_tokens=512,
+                                          max_num_seqs=64, enable_chunked_prefill=True))
+    fast, ref = fast_and_reference(dep, trace)
+    assert ref.summary["preemptions"] > 0
+    assert_identical(fast, ref)
+    full = replace(dep, model=replace(dep.model, sliding_window=None, num_sliding_window_layers=0))
+    assert simulate(full, trace, cost_model=LinearCost()).summary["preemptions"] > ref.summary["preemptions"]

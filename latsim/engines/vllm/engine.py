@@ -79,10 +79,11 @@ def default_executor(tp: int) -> str:
 
 
 def make_fast(limits: SchedulerLimits, num_blocks: int) -> FastVllmScheduler | None:
-    """The fast twin of the reference scheduler; None when some layers slide (its decode cohort
-    takes a block every ``block_size`` steps and never frees one, which a sliding window does:
-    such engines are stepped by the reference, one step at a time)."""
-    if limits.kv_layout.sliding:
+    """The fast twin of the reference scheduler; None when every layer slides and prefix caching
+    is on (the blocks its window leaves behind can carry prefix-cache keys, which its decode
+    cohort does not free one by one: such engines are stepped by the reference)."""
+    layout = limits.kv_layout
+    if layout.sliding and not layout.full and limits.enable_prefix_caching:
         return None
     return FastVllmScheduler(limits, num_blocks)
 

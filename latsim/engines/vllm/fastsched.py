@@ -48,12 +48,13 @@ class FastVllmScheduler(VllmScheduler):
 
     def __init__(self, limits: SchedulerLimits, num_blocks: int) -> None:
         super().__init__(limits, num_blocks)
-        self.cohort = DecodeCohort(limits.block_size)
+        self.cohort = DecodeCohort(limits.block_size, limits.kv_layout)
         self.others: list[Req] = []  # running requests outside the cohort, in running order
         self.reference_steps = 0  # steps the reference scheduler decided (diagnostics)
         self.last_start = 0.0  # when the next step is decided: the latest step's start (or
         # empty decision's), or the end of its launch when the step runs without CUDA graphs
         self._decode_dt = 0.0  # duration of the latest decode-run step (predicts run lengths)
+        self._admit_need = math.inf  # blocks the waiting head needs to be admitted (latest run's room)
 
     def settle(self) -> None:
         """Make every running request's fields current (the cohort becomes empty)."""
@@ -152,19 +153,25 @@ class FastVllmScheduler(VllmScheduler):
             return None
         plan = StepPlan()
         blocks = self.cohort.blocks_next() if k else 0
+        frees = self.cohort.frees_next() if k else 0
         if self.others:
-            budget = self._plan_others(plan, budget, blocks)
+            budget = self._plan_others(plan, budget, blocks, frees)
             if budget < 0:
                 return None
         elif blocks > self.kv.num_free:
             return None
-        elif blocks:
-            self.kv.pool.take(blocks)
+        else:
+            if blocks:
+                self.kv.pool.take(blocks)
+            if frees:
+                self.kv.give_back(frees)
         self._schedule_waiting(plan, budget)
         return plan
 
-    def _plan_others(self, plan: StepPlan, budget: int, cohort_blocks: int) -> int:
-        """Schedule the others (and take the cohort's blocks); the budget left, or -1 to fall back."""
+    def _plan_others(self, plan: StepPlan, budget: int, cohort_blocks: int, cohort_frees: int = 0) -> int:
+        """Schedule the others (and take, then free, the cohort's blocks); the budget left, or -1 to
+        fall back.  The check counts no block freed this step: the blocks taken then fit whatever
+        the running order, and come from the queue's front before any freed one."""
         kv, tail, full_budget = self.kv, self.running[-1], self.limits.max_num_batched_tokens
         blocks, registers = cohort_blocks, False
         for req in self.others:
@@ -185,6 +192,8 @@ class FastVllmScheduler(VllmScheduler):
             kv.pool.take(cohort_blocks)
         for req, num_new in plan.scheduled:
             kv.allocate(req, num_new)
+        if cohort_frees:
+            kv.give_back(cohort_frees)
         return budget
 
     def _apply(self, plan: StepPlan, k: int, start: float, end: float) -> int:
@@ -220,16 +229,23 @@ class FastVllmScheduler(VllmScheduler):
         if launch_from is not None and cohort.size > launch_from:
             return None  # graph-less decode steps: one at a time, for their launches
         finish_at = cohort.steps_to_finish()
-        n_max = cohort.steps_within(finish_at, room[0])
+        free, freed, first = room
+        if cohort.sliding:
+            n_max = cohort.run_pool(int(min(finish_at, cohort.steps_to_aging())), free, freed, self._admit_need)[0]
+        else:
+            n_max = cohort.steps_within(finish_at, free + freed)
         if n_max <= 0:
             return None
         ends = self._run_ends(start, cost, cohort.size, (n_max, finish_at), arrivals, horizon)
         if len(ends) < 2:
             return None
-        return self._apply_run(ends, room[1], finish_at)
+        if cohort.sliding:
+            return self._apply_sliding_run(ends, free, freed, finish_at)
+        return self._apply_run(ends, first, finish_at)
 
-    def _run_room(self) -> tuple[int, int] | None:
-        """``(blocks a run may take, blocks of its first step)`` when only the cohort can run, else None.
+    def _run_room(self) -> tuple[int, int, int] | None:
+        """``(free blocks, blocks the zombies free after the first decision, blocks of the first
+        step)`` when only the cohort can run, else None.
 
         Zombies (asynchronous scheduling) are released after the run's first decision, as the
         reference does, so the head must stay inadmissible with their seats and blocks free
@@ -244,14 +260,15 @@ class FastVllmScheduler(VllmScheduler):
             if z.keys:
                 return None  # shared blocks: what the release frees is not just a count
             freed += self.kv.held(z)
-        if self.waiting and self.head_admissible(budget - k, len(zombies), freed):
+        self._admit_need = self.head_block_need(budget - k, len(zombies)) if self.waiting else math.inf
+        if self._admit_need <= self.kv.num_free + freed:
             return None
         free = self.kv.pool.num_free
         if zombies:
             first = cohort.blocks_next()
             if first > free:
                 return None
-        return free + freed, first
+        return free, freed, first
 
     def _apply_run(self, ends: list[float], first: int, finish_at: int) -> tuple[float, int]:
         """Take a run's blocks (zombies go after its first step), record it; ``(end, finished)``."""
@@ -269,6 +286,41 @@ class FastVllmScheduler(VllmScheduler):
         used = pool.num_blocks - pool.num_free
         if used > self.peak_blocks_used:
             self.peak_blocks_used = used
+        rec.step_gaps(ends, cohort.size)
+        self.launch.last_end = ends[-1]
+        rec.num_steps += n
+        self.step_index += n
+        self.last_start = ends[-2]
+        end = ends[-1]
+        cohort.advance(n, end, self.step_index)
+        if n < finish_at:
+            return end, 0
+        return end, self._retire(cohort.pop_finished(), end)
+
+    def _apply_sliding_run(self, ends: list[float], free: int, zombie_blocks: int, finish_at: int) -> tuple[float, int]:
+        """:meth:`_apply_run` for a cohort that frees blocks behind its windows: the blocks taken
+        and freed step by step (:meth:`DecodeCohort.run_pool`), applied as the frees then the
+        takes (the same blocks leave the queue: it is taken from the front), the peak use
+        right after each decision."""
+        cohort, pool, rec = self.cohort, self.kv.pool, self.recorder
+        assert rec is not None
+        n = len(ends) - 1
+        steps, taken, freed, peak_first, peak_rest = cohort.run_pool(n, free, zombie_blocks, self._admit_need)
+        assert steps == n
+        used = pool.num_used
+        peak = used + peak_first
+        if self.zombies:
+            first, first_freed = cohort.blocks_next(), cohort.frees_next()
+            pool.take(first)
+            self.kv.give_back(first_freed)
+            taken, freed = taken - first, freed - first_freed
+            self.release_zombies()
+        if n > 1:
+            peak = max(peak, used - zombie_blocks + peak_rest)
+        self.kv.give_back(freed)
+        pool.take(taken)
+        if peak > self.peak_blocks_used:
+            self.peak_blocks_used = peak
         rec.step_gaps(ends, cohort.size)
         self.launch.last_end = ends[-1]
         rec.num_steps += n

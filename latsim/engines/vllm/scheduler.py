@@ -40,6 +40,7 @@ O(1) work per decoding request.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -238,20 +239,30 @@ class VllmScheduler:
         whenever a prefix-cache hit could change the answer, so callers that fast-forward stay
         exact.
         """
+        return self.head_block_need(budget, seats) <= self.kv.num_free + blocks
+
+    def head_block_need(self, budget: int, seats: int = 0) -> float:
+        """The free blocks the waiting head's admission needs with ``budget`` spare tokens and
+        ``seats`` more seats (:meth:`head_admissible`): ``inf`` when no number of blocks admits
+        it, 0 when a prefix-cache hit could (maybe now)."""
         if not self.waiting or budget <= 0 or len(self.running) - seats >= self.limits.max_num_seqs:
-            return False
+            return math.inf
         head = self.waiting[0]
         if self.kv.prefix_caching and (head.prefix_blocks or head.preemptions):
-            return True
+            return 0.0
         num_new = head.num_tokens
         threshold = self.limits.long_prefill_token_threshold
         if 0 < threshold < num_new:
             num_new = threshold
         if not self.limits.enable_chunked_prefill and num_new > budget:
-            return False
+            return math.inf
+        kv = self.kv
         if self.limits.scheduler_reserve_full_isl:  # implies room for the first chunk
-            return self._fits_whole(head, 0, blocks)
-        return self.kv.blocks_needed(head, min(num_new, budget)) <= self.kv.num_free + blocks
+            if kv.grouped:
+                return kv.admission_blocks(head)
+            tokens = head.num_tokens if head.num_tokens < kv.max_model_len else kv.max_model_len
+            return -(-tokens // kv.block_size)
+        return kv.blocks_needed(head, min(num_new, budget))
 
     def update(self, plan: StepPlan, now: float) -> list[Req]:
         """Apply a finished step at time ``now``: advance, sample tokens, retire finished requests."""
