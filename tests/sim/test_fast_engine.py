@@ -17,14 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from latsim.deployment import Deployment
 from latsim.engines.vllm import engine as schedulers
 from latsim.engines.vllm.cohort import DecodeCohort
+from latsim.engines.vllm.memory import DoesNotFitError, plan_memory
 from latsim.sim.request import Req
 from latsim.sim.simulate import simulate
 from latsim.workload.generate import synthesize
 from latsim.workload.trace import RequestTrace
-from latsim.deployment import Deployment
-from latsim.engines.vllm.memory import DoesNotFitError, plan_memory
 from tests.sim.conftest import LinearCost, small_deployment
 
 
