@@ -3,9 +3,11 @@
 Reference: llama-3.1-8b on h100, Poisson 20 req/s, lognormal lengths (input median 600,
 output median 150), 20,000 requests, vLLM server defaults.  Prints one figure per mode:
 
-    python bench/bench_simulate.py [--requests 20000] [--device h100] [--no-fast-forward] [--linear-cost] [--profile]
+    python bench/bench_simulate.py [--requests 20000] [--device h100] [--model NAME|CONFIG] [--no-fast-forward]
+                                   [--linear-cost] [--profile]
 
-``--no-fast-forward`` runs the reference engine (one ``schedule``/``update`` per step);
+``--model`` swaps the model (a model with sliding-window layers, such as gemma-2-9b or a Gemma 3
+config, exercises the decode cohort's frees); ``--no-fast-forward`` runs the reference engine (one ``schedule``/``update`` per step);
 ``--linear-cost`` prices steps with the tests' ``LinearCost`` instead of the roofline, which
 separates the engine's own cost from the cost model's.  Wall and CPU seconds are both
 reported: on a shared machine the CPU figure is the steadier one.  Predictions and
@@ -48,11 +50,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--device", default="h100", help="GPU of the reference deployment (h200: its calibrated "
                         "profile, decode spread included)")
+    parser.add_argument("--model", default="llama-3.1-8b", help="catalog name or config.json of the model")
     parser.add_argument("--no-fast-forward", action="store_true")
     parser.add_argument("--linear-cost", action="store_true")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    deployment = Deployment(model=load_model("llama-3.1-8b"), device=load_device(args.device))
+    deployment = Deployment(model=load_model(args.model), device=load_device(args.device))
     cost = linear_cost() if args.linear_cost else None
     trace = reference_trace(args.requests)
     simulate(deployment, reference_trace(200), cost_model=cost)  # warm imports and caches

@@ -20,6 +20,12 @@ Each step applies exactly the float operations of stepping the reference schedul
 one (``start + step_time``, gaps as differences of step ends, ``decode_run`` element i equal
 to ``step_time``), so results are identical; ``tests/sim/test_fast_engine.py`` checks it.
 
+Sliding-window layers: the cohort frees the blocks its members' windows leave behind
+(:class:`~latsim.engines.vllm.cohort.DecodeCohort`); a step's check counts none of its own frees
+(the running order could put them after another's allocation: then the reference decides),
+frees go back before the run's blocks are taken (the same blocks leave the queue, which is taken
+from its front), and a run stops where the frees would let the waiting head in.
+
 Asynchronous scheduling changes two things here, as in the reference: requests that finish
 are zombies until the end of the next decision (a decode run may start with zombies and
 releases them after its first step), and the decision for a step is taken at the start of
