@@ -57,9 +57,10 @@ class ExactVllmScheduler:
     """vLLM's own v1 scheduler behind latsim's scheduler interface (slower: ~0.5 ms per step and up).
 
     ``num_blocks`` is vLLM's ``num_gpu_blocks`` (its null block included). ``seed`` draws the
-    token ids of prompts and sampled tokens (any seed gives the same schedule). Raises
+    token ids of prompts and sampled tokens (any seed gives the same schedule); the KV-cache
+    groups are the limits' (``kv_layout``: sliding-window layers in their own groups). Raises
     ``ValueError`` when vLLM is not importable or would refuse to start with this pool (fewer
-    than ``ceil(max_model_len / block_size)`` blocks).
+    than one ``max_model_len`` request's blocks).
     """
 
     name = "vllm-exact"
@@ -85,6 +86,9 @@ class ExactVllmScheduler:
             long_prefill_token_threshold=limits.long_prefill_token_threshold,
             scheduler_reserve_full_isl=limits.scheduler_reserve_full_isl,
             watermark=0.0,
+            kv_full_groups=limits.kv_layout.full,
+            kv_sliding_groups=limits.kv_layout.sliding,
+            sliding_window=limits.kv_layout.window,
         )
         self.reqs: dict[str, Req] = {}
         self.zombies: list[Req] = []
