@@ -32,7 +32,8 @@ class Req:
 
     ``num_blocks`` is the length of the request's block table in each KV-cache group and
     ``skipped`` how many leading blocks of each sliding-window table were freed
-    (:mod:`latsim.sim.kvlayout`; always 0 when no layer slides).
+    (:mod:`latsim.sim.kvlayout`; always 0 when no layer slides); ``xkeys`` holds the findable
+    blocks of the KV-cache groups besides the first (:mod:`latsim.sim.kvgrouped`).
     """
 
     __slots__ = (
@@ -60,6 +61,7 @@ class Req:
         "skipped",
         "state",
         "target",
+        "xkeys",
     )
 
     def __init__(self, idx: int, arrival: float, prompt: int, target: int, group: int = -1,
@@ -76,6 +78,7 @@ class Req:
         self.num_blocks = 0
         self.skipped = 0
         self.keys: dict[int, Copy] = {}
+        self.xkeys: dict[tuple[int, int], Copy] = {}
         self.cached_upto = 0
         self.cached_tokens = 0
         self.preemptions = 0

@@ -102,13 +102,14 @@ LAYOUTS = ((1, 1), (1, 6), (0, 1), (2, 1))
 """(full, sliding) KV-cache groups: Gemma-2, Gemma-3, a model whose every layer slides, more full layers."""
 
 
-def sliding_case(rng: np.random.Generator, label: str, *, tight: bool, caching: bool, groups: int = 0) -> Case:
+def sliding_case(rng: np.random.Generator, label: str, *, tight: bool, caching: bool, groups: int = 0,
+                 windows: tuple[int, ...] = (32, 64, 100, 256)) -> Case:
     """A :func:`random_case` over KV-cache groups of which some slide (windows of 32-256 tokens,
     requests of up to 120 outputs, so that most outgrow their window), in a pool vLLM accepts."""
     base = random_case(rng, label, tight=tight, caching=caching, groups=groups, n=(6, 30), out=(1, 120))
     full, sliding = LAYOUTS[int(rng.integers(0, len(LAYOUTS)))]
     config = dict(base.config, kv_full_groups=full, kv_sliding_groups=sliding,
-                  sliding_window=int(rng.choice([32, 64, 100, 256])))
+                  sliding_window=int(rng.choice(windows)))
     need = oracle_layout(config).admission(config["max_model_len"], BS)
     config["num_gpu_blocks"] = need + int(rng.integers(1, need + 2)) if tight else 20 * need
     return Case(base.stream, config, label=label)
@@ -235,6 +236,10 @@ FAMILIES: dict[str, Callable[[], list[Case]]] = {
     "sliding_pressure": lambda: _family(120, 60, "sliding-pressure", sliding_case, tight=True, caching=False)
     + asynchronous(_family(121, 30, "sliding-async", sliding_case, tight=True, caching=False)),
     "sliding_cached": lambda: _family(122, 40, "sliding-cached", sliding_case, tight=False, caching=True, groups=3),
+    "sliding_cached_pressure": lambda: _family(123, 60, "sliding-cached-pressure", sliding_case, tight=True,
+                                               caching=True, groups=2, windows=(32, 64, 256))
+    + asynchronous(_family(124, 30, "sliding-cached-async", sliding_case, tight=True, caching=True, groups=2,
+                           windows=(32, 64, 256))),
     "repros": lambda: [c if name in ("F1", "F2") else neutralised(c) for name, c in REPROS.items()],
     "speed": lambda: [Case(tuple(decode_stream()), DECODE_CONFIG, label="64-sequence decode")],
 }

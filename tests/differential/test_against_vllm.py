@@ -114,6 +114,17 @@ def test_sliding_window_groups_with_prefix_cache_hits(oracle):
     assert_same(cases, expected)
 
 
+@pytest.mark.oracle_cases("sliding_cached_pressure")
+def test_sliding_window_groups_with_prefix_caching_under_kv_pressure(oracle):
+    """Shared prefixes, evictions and resumed requests over sliding-window groups: findable
+    blocks in every group, vLLM's hybrid hit rule (windows a multiple of the block size: see
+    ``latsim.sim.kvgrouped`` for the one difference left otherwise)."""
+    cases, expected = oracle_pair(oracle, "sliding_cached_pressure")
+    assert sum(len(r.preempted) for rs in expected for r in rs) > 40
+    assert sum(1 for rs in expected for r in rs for n in r.cached_tokens.values() if n > 0) > 50
+    assert_same(cases, expected)
+
+
 # --- synchronous scheduling: known semantic differences -------------------------------------
 
 

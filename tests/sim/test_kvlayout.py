@@ -15,7 +15,7 @@ from latsim.engines.vllm.engine import limits_for, make_fast
 from latsim.engines.vllm.kvgroups import KvGroups, kv_groups
 from latsim.engines.vllm.memory import DoesNotFitError, plan_memory
 from latsim.sim.kvlayout import KvLayout
-from latsim.sim.kvmanager import KVManager
+from latsim.sim.kvmanager import KVManager, kv_manager
 from latsim.sim.request import Req
 from tests.catalog.test_multimodal import gemma3_27b
 
@@ -74,7 +74,7 @@ def decode(kv: KVManager, req: Req, steps: int) -> None:
 
 def test_a_sliding_table_stops_growing_once_past_the_window() -> None:
     layout = KvLayout(1, 2, 64, KvLayout.sliding_admission_blocks(64, 256, 1024, BS))
-    kv = KVManager(1000, BS, 1024, prefix_caching=False, layout=layout)
+    kv = kv_manager(1000, BS, 1024, False, layout)
     req = Req(0, 0.0, 40, 500)
     assert kv.allocate(req, 40)
     req.num_computed = 40
@@ -95,7 +95,7 @@ def test_random_requests_give_every_block_back(caching: bool) -> None:
     once) equal the pool's used ones at every step, and all come back."""
     rng = np.random.default_rng(5)
     for layout in (KvLayout(1, 6, 100, 30), KvLayout(0, 1, 48, 12), KvLayout(2, 1, 32, 10)):
-        kv = KVManager(5000, BS, 2048, prefix_caching=caching, layout=layout)
+        kv = kv_manager(5000, BS, 2048, caching, layout)
         live: list[Req] = []
         for i in range(300):
             if live and rng.random() < 0.3:
@@ -120,7 +120,7 @@ def test_random_requests_give_every_block_back(caching: bool) -> None:
 
 def test_the_admission_gate_caps_each_sliding_table() -> None:
     layout = KvLayout(1, 6, 64, KvLayout.sliding_admission_blocks(64, 128, 4096, BS))
-    kv = KVManager(10_000, BS, 4096, prefix_caching=False, layout=layout)
+    kv = kv_manager(10_000, BS, 4096, False, layout)
     req = Req(0, 0.0, 3000, 10)
     slots = -(-3000 // BS)
     assert kv.admission_blocks(req) == slots + 6 * layout.admission_blocks < 7 * slots

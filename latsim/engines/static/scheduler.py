@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from latsim.engines.vllm.launch import LaunchClock
 from latsim.engines.vllm.scheduler import SchedulerLimits
-from latsim.sim.kvmanager import KVManager
+from latsim.sim.kvmanager import kv_manager
 from latsim.sim.request import FINISHED, RUNNING, Req
 from latsim.sim.step import StepPlan
 
@@ -32,8 +32,8 @@ class StaticBatchScheduler:
     def __init__(self, limits: SchedulerLimits, num_blocks: int, batch_size: int) -> None:
         self.limits = limits
         self.batch_size = batch_size
-        self.kv = KVManager(num_blocks - 1, limits.block_size, limits.max_model_len, prefix_caching=False,
-                            layout=limits.kv_layout)
+        self.kv = kv_manager(num_blocks - 1, limits.block_size, limits.max_model_len, prefix_caching=False,
+                             layout=limits.kv_layout)
         self.batch: list[Req] = []
         self.running: list[Req] = []
         self.waiting: deque[Req] = deque()

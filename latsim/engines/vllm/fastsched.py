@@ -218,7 +218,8 @@ class FastVllmScheduler(VllmScheduler):
         candidates = self.running if not k else self.others + plan.new
         done = self._retire(finished, end) if finished else 0
         for req in joiners:
-            cohort.join(req)
+            if not self.kv.holds_sliding_keys(req):  # else it decodes as an other until its window passes them
+                cohort.join(req)
         self.others = [r for r in candidates if r.base < 0 and r.state == RUNNING]
         return done
 

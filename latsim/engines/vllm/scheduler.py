@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from latsim.engines.vllm.launch import LaunchClock
 from latsim.sim.kvlayout import KvLayout
-from latsim.sim.kvmanager import ONE_GROUP, KVManager
+from latsim.sim.kvmanager import ONE_GROUP, kv_manager
 from latsim.sim.request import FINISHED, PREEMPTED, RUNNING, Req, advance_request
 from latsim.sim.step import StepPlan
 
@@ -102,8 +102,8 @@ class VllmScheduler:
 
     def __init__(self, limits: SchedulerLimits, num_blocks: int) -> None:
         self.limits = limits
-        self.kv = KVManager(num_blocks - 1, limits.block_size, limits.max_model_len, limits.enable_prefix_caching,
-                            limits.kv_layout)
+        self.kv = kv_manager(num_blocks - 1, limits.block_size, limits.max_model_len, limits.enable_prefix_caching,
+                             limits.kv_layout)
         self.running: list[Req] = []
         self.waiting: deque[Req] = deque()
         self.zombies: list[Req] = []
