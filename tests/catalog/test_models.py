@@ -17,12 +17,13 @@ from latsim.catalog import (
     model_config_dict,
     parse_hf_config,
 )
+from latsim.catalog.multimodal import language_model_config
 
 REQUIRED_NAMES = {
     "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b", "llama-2-7b",
     "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "qwen3-8b", "qwen3-32b",
     "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "mistral-7b", "mixtral-8x7b", "mixtral-8x22b",
-    "phi-3-mini", "phi-3-medium", "gemma-2-9b", "gemma-2-27b",
+    "phi-3-mini", "phi-3-medium", "gemma-2-9b", "gemma-2-27b", "gemma-3-1b", "gemma-3-27b",
 }
 
 
@@ -50,9 +51,11 @@ def test_every_builtin_config_parses_and_keeps_its_dict(name: str) -> None:
     assert spec.name == name
     assert spec.hf_config_dict() == model_config_dict(name)
     cfg = model_config_dict(name)
-    for key in ("architectures", "model_type", "torch_dtype", "max_position_embeddings"):
+    text = language_model_config(cfg) or cfg  # a multimodal config's language model, defaults filled in
+    for key in ("architectures", "model_type", "torch_dtype"):
         assert key in cfg, f"{name}: published config key {key!r} missing"
-    assert spec.max_position_embeddings == cfg["max_position_embeddings"]
+    assert "max_position_embeddings" in text, f"{name}: no context length"
+    assert spec.max_position_embeddings == text["max_position_embeddings"]
 
 
 @pytest.mark.parametrize(

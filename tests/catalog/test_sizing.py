@@ -42,6 +42,8 @@ APPROX = {
     "qwen2.5-72b": (72.7e9, 72.7e9),
     "qwen3-8b": (8.19e9, 8.19e9),
     "gemma-2-27b": (27.2e9, 27.2e9),
+    "gemma-3-1b": (1.0e9, 1.0e9),
+    "gemma-3-27b": (27.4e9, 27.0e9),  # the SigLIP tower (0.42B) is weight memory, not work per token
     "phi-3-medium": (13.96e9, 13.96e9),
 }
 
