@@ -279,8 +279,7 @@ class FastVllmScheduler(VllmScheduler):
 
     def _apply_run(self, ends: list[float], first: int, finish_at: int) -> tuple[float, int]:
         """Take a run's blocks (zombies go after its first step), record it; ``(end, finished)``."""
-        cohort, pool, rec = self.cohort, self.kv.pool, self.recorder
-        assert rec is not None
+        cohort, pool = self.cohort, self.kv.pool
         n = len(ends) - 1
         if self.zombies:
             if first:
@@ -293,24 +292,14 @@ class FastVllmScheduler(VllmScheduler):
         used = pool.num_blocks - pool.num_free
         if used > self.peak_blocks_used:
             self.peak_blocks_used = used
-        rec.step_gaps(ends, cohort.size)
-        self.launch.last_end = ends[-1]
-        rec.num_steps += n
-        self.step_index += n
-        self.last_start = ends[-2]
-        end = ends[-1]
-        cohort.advance(n, end, self.step_index)
-        if n < finish_at:
-            return end, 0
-        return end, self._retire(cohort.pop_finished(), end)
+        return self._record_run(ends, finish_at)
 
     def _apply_sliding_run(self, ends: list[float], free: int, zombie_blocks: int, finish_at: int) -> tuple[float, int]:
         """:meth:`_apply_run` for a cohort that frees blocks behind its windows: the blocks taken
         and freed step by step (:meth:`DecodeCohort.run_pool`), applied as the frees then the
         takes (the same blocks leave the queue: it is taken from the front), the peak use
         right after each decision."""
-        cohort, pool, rec = self.cohort, self.kv.pool, self.recorder
-        assert rec is not None
+        cohort, pool = self.cohort, self.kv.pool
         n = len(ends) - 1
         steps, taken, freed, peak_first, peak_rest = cohort.run_pool(n, free, zombie_blocks, self._admit_need)
         assert steps == n
@@ -328,6 +317,12 @@ class FastVllmScheduler(VllmScheduler):
         pool.take(taken)
         if peak > self.peak_blocks_used:
             self.peak_blocks_used = peak
+        return self._record_run(ends, finish_at)
+
+    def _record_run(self, ends: list[float], finish_at: int) -> tuple[float, int]:
+        """Record a run's steps (its blocks applied) and advance the cohort; ``(end, finished)``."""
+        cohort, rec, n = self.cohort, self.recorder, len(ends) - 1
+        assert rec is not None
         rec.step_gaps(ends, cohort.size)
         self.launch.last_end = ends[-1]
         rec.num_steps += n
