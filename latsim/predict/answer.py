@@ -36,6 +36,10 @@ TRAINED_ENGINE = {"engine": "vllm", "block_size": 16, "gpu_memory_utilization": 
                   "host_speed": 1.0, "max_model_len": None, "router": "round-robin", "executor": None}
 """Settings every training configuration had; another value is outside the domain (an executor
 given as the engine's default for the row's TP is the default)."""
+KV_AS_TRAINED = 0.10
+"""How far the KV cache's context at the workload's typical request length may be from the one
+the surrogate's simulator gave it (every layer keeping every token) for the surrogate to answer:
+sliding-window layers (Gemma 3's five in six, windows of 512-1,024) hold only their window."""
 
 
 def summarize_trace(trace: RequestTrace) -> dict[str, float]:
@@ -76,7 +80,27 @@ def config_row(settings: Settings, trace: RequestTrace) -> tuple[pd.DataFrame, l
                    if not _as_trained(k, value(k), row)]
     if not settings.trace and value("arrival") != "poisson":
         unsupported.append(f"arrival={value('arrival')!r} (trained on 'poisson')")
+    unsupported.extend(_kv_unlike_training(deployment, row))
     return pd.DataFrame([row]), unsupported
+
+
+def _kv_unlike_training(deployment: Any, row: dict[str, Any]) -> list[str]:
+    """The reason the KV cache holds a context unlike the one the training's simulator gave it
+    (:data:`KV_AS_TRAINED`), or nothing; a plan that does not fit is left to the surrogate's
+    own domain."""
+    from latsim.deployment import resolve_engine
+
+    engine = resolve_engine(deployment)
+    try:
+        plan = engine_spec(engine.engine).plan_memory(deployment, engine)
+    except ValueError:
+        return []
+    tokens = max(1, int(row["input_median"] + row["output_median"]))
+    ratio = plan.kv_tokens_at(tokens) / max(plan.kv_tokens_unwindowed, 1)
+    if abs(ratio - 1.0) <= KV_AS_TRAINED:
+        return []
+    return [f"sliding-window layers: at {tokens}-token requests the KV cache holds {ratio:.2f}x the context the "
+            f"surrogate's simulator gave every layer (it answers within {KV_AS_TRAINED:.0%} of it)"]
 
 
 def _as_trained(name: str, value: Any, row: dict[str, Any]) -> bool:

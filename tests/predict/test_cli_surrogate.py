@@ -51,6 +51,17 @@ def test_an_executor_other_than_vllms_default_is_outside_the_domain(tp, inside, 
     assert ("executor='mp'" in err) is not inside
 
 
+@pytest.mark.parametrize(("model", "inside"), [("gemma-3-27b", False), ("gemma-2-9b", True)])
+def test_sliding_windows_unlike_the_training_are_outside_the_domain(model, inside, monkeypatch, capsys):
+    """Gemma 3's 1 + 6 KV groups (8 padding layers) hold 0.89x the context of every layer keeping
+    every token at these lengths; Gemma-2's 4,096-token window holds the same."""
+    code, out, err = run(["predict", "--model", model, "--device", "h200", "--qps", "2", "--num-requests", "40",
+                          "--json", "--surrogate"], monkeypatch, capsys)
+    assert code == 0
+    assert json.loads(out)["surrogate"]["in_domain"] is inside
+    assert ("sliding-window layers" in err) is not inside
+
+
 def test_a_trace_is_summarised_into_the_features(tmp_path, monkeypatch, capsys):
     trace = tmp_path / "t.csv"
     rows = [f"{0.25 * i},{300 + 10 * (i % 5)},{60 + i % 7}" for i in range(41)]
