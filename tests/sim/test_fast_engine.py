@@ -14,7 +14,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from latsim.deployment import Deployment
@@ -276,6 +276,9 @@ def sliding_deployment(sliding_layers: int, window: int, engine: dict) -> Deploy
 
 
 @settings(max_examples=80, deadline=None)
+@example(seed=1_073_741_823, qps=6.0, max_in=91, max_out=226, groups=1, sliding=16, window=17,
+         engine={"num_gpu_blocks": 64, "max_num_seqs": 6, "max_num_batched_tokens": 16, "enable_chunked_prefill": False,
+                 "enable_prefix_caching": True, "async_scheduling": False})  # a findable block freed behind a window
 @given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), max_in=st.integers(1, 700),
        max_out=st.integers(1, 300), groups=st.integers(0, 3), engine=engines,
        sliding=st.sampled_from([16, 26, 32]), window=st.sampled_from([17, 32, 64, 100, 256]))

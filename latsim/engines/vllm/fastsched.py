@@ -194,6 +194,9 @@ class FastVllmScheduler(VllmScheduler):
         if blocks > kv.num_free or (registers and kv.pool.evicts_key(blocks)):
             plan.scheduled.clear()
             return -1  # a preemption, or an eviction that could change what gets cached
+        if cohort_frees and any(kv.holds_sliding_keys(req) for req, _ in plan.scheduled):
+            plan.scheduled.clear()
+            return -1  # findable blocks freed behind a window: their place in the queue follows the running order
         if cohort_blocks:
             kv.pool.take(cohort_blocks)
         for req, num_new in plan.scheduled:
