@@ -99,6 +99,7 @@ def test_overload_is_reported_unstable_not_hung(monkeypatch, capsys):
 def test_models_and_devices_list(monkeypatch, capsys):
     code, out, _ = run(["models"], monkeypatch, capsys)
     assert code == 0 and "llama-3.1-70b" in out and "mixtral-8x7b" in out
+    assert "1,024 on 52" in out and "4,096 on 21" in out  # Gemma-3-27B's and Gemma-2-9B's sliding layers
     code, out, _ = run(["devices"], monkeypatch, capsys)
     assert code == 0 and "h200" in out and "mi300x" in out
 
