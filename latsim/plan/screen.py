@@ -34,8 +34,12 @@ def screen(candidates: list[Settings], base: Settings, slo: PlanSLO) -> list[str
     reasons: list[str | None] = []
     for c in candidates:  # each candidate is ``base`` with its deployment settings
         try:
-            predicted = surrogate.predict(config_row(c, trace)[0])
+            row, unlike_training = config_row(c, trace)
+            predicted = surrogate.predict(row)
         except ValueError:  # e.g. a deployment the surrogate's features cannot plan: the simulator decides
+            reasons.append(None)
+            continue
+        if unlike_training:  # settings or a KV layout the surrogate never saw (predict says which)
             reasons.append(None)
             continue
         reasons.append(_reason(predicted.iloc[0], slo))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from latsim.config import Settings
@@ -39,3 +41,14 @@ def test_screened_plan_keeps_the_answer_and_says_what_it_dropped() -> None:
     strict = search(BASE, SPACE, parse_slo("tpot_p99_ms=0.5"), Options(replications=2, surrogate=True))
     assert not strict["feasible"] and strict["search"]["simulated"] == 0
     assert all(p["reason"].startswith("surrogate:") for p in strict["pruned"])
+
+
+def test_a_kv_layout_the_surrogate_never_saw_is_left_to_the_simulator() -> None:
+    """Gemma 3's sliding windows: the surrogate's features cannot tell its KV cache from an
+    unwindowed one, so even a hopeless SLO leaves it to the simulator (the 8B is dropped)."""
+    from latsim.plan.screen import screen
+
+    slo = parse_slo("tpot_p99_ms=0.5")
+    reasons = screen([BASE, replace(BASE, model="gemma-3-27b")], BASE, slo)
+    assert reasons[0] is not None and reasons[0].startswith("surrogate:")
+    assert reasons[1] is None
