@@ -78,13 +78,9 @@ def default_executor(tp: int) -> str:
     return "mp" if tp > 1 else "uni"
 
 
-def make_fast(limits: SchedulerLimits, num_blocks: int) -> FastVllmScheduler | None:
-    """The fast twin of the reference scheduler; None when every layer slides and prefix caching
-    is on (the blocks its window leaves behind can carry prefix-cache keys, which its decode
-    cohort does not free one by one: such engines are stepped by the reference)."""
-    layout = limits.kv_layout
-    if layout.sliding and not layout.full and limits.enable_prefix_caching:
-        return None
+def make_fast(limits: SchedulerLimits, num_blocks: int) -> FastVllmScheduler:
+    """The fast twin of the reference scheduler (sliding-window layouts included: its decode cohort
+    frees the blocks behind the windows, :mod:`latsim.engines.vllm.cohort`)."""
     return FastVllmScheduler(limits, num_blocks)
 
 
