@@ -7,7 +7,8 @@ output median 150), 20,000 requests, vLLM server defaults.  Prints one figure pe
                                    [--linear-cost] [--profile]
 
 ``--model`` swaps the model (a model with sliding-window layers, such as gemma-2-9b or a Gemma 3
-config, exercises the decode cohort's frees); ``--no-fast-forward`` runs the reference engine (one ``schedule``/``update`` per step);
+config, exercises the decode cohort's frees); ``--no-fast-forward`` runs the reference engine
+(one ``schedule``/``update`` per step);
 ``--linear-cost`` prices steps with the tests' ``LinearCost`` instead of the roofline, which
 separates the engine's own cost from the cost model's.  Wall and CPU seconds are both
 reported: on a shared machine the CPU figure is the steadier one.  Predictions and

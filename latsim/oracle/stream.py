@@ -12,7 +12,7 @@ from collections import defaultdict
 
 from latsim.engines.vllm.scheduler import SchedulerLimits, VllmScheduler
 from latsim.oracle.steprecord import StepRecord, StreamRequest
-from latsim.oracle.vllm_build import oracle_layout
+from latsim.sim.kvlayout import KvLayout
 from latsim.sim.request import FINISHED, REJECTED, Req
 from latsim.sim.router import rejected_by_engine
 from latsim.sim.step import StepPlan
@@ -38,11 +38,8 @@ def run_latsim_scheduler(stream: list[StreamRequest], *, num_gpu_blocks: int, bl
                              enable_chunked_prefill, enable_prefix_caching,
                              scheduler_reserve_full_isl=scheduler_reserve_full_isl,
                              async_scheduling=async_scheduling,
-                             kv_layout=oracle_layout(dict(kv_full_groups=kv_full_groups,
-                                                          kv_sliding_groups=kv_sliding_groups,
-                                                          sliding_window=sliding_window,
-                                                          max_num_batched_tokens=max_num_batched_tokens,
-                                                          max_model_len=max_model_len, block_size=block_size)))
+                             kv_layout=KvLayout.for_engine(kv_full_groups, kv_sliding_groups, sliding_window,
+                                                           max_num_batched_tokens, max_model_len, block_size))
     sched = VllmScheduler(limits, num_gpu_blocks)
     arrivals: dict[int, list[tuple[str, Req]]] = defaultdict(list)
     for i, s in enumerate(stream):

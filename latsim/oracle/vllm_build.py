@@ -63,11 +63,9 @@ def import_vllm() -> Any:
 def oracle_layout(kw: Mapping[str, Any]) -> KvLayout:
     """The KV groups the keywords ``kv_full_groups`` / ``kv_sliding_groups`` / ``sliding_window``
     ask for (default one full-attention group), with vLLM's admission cap."""
-    full, sliding = int(kw.get("kv_full_groups", 1)), int(kw.get("kv_sliding_groups", 0))
-    window = int(kw.get("sliding_window", 0))
-    cap = KvLayout.sliding_admission_blocks(window, kw["max_num_batched_tokens"], kw["max_model_len"],
-                                            kw["block_size"]) if sliding else 0
-    return KvLayout(full, sliding, window, cap)
+    return KvLayout.for_engine(int(kw.get("kv_full_groups", 1)), int(kw.get("kv_sliding_groups", 0)),
+                               int(kw.get("sliding_window", 0)), kw["max_num_batched_tokens"], kw["max_model_len"],
+                               kw["block_size"])
 
 
 def check_pool(num_gpu_blocks: int, block_size: int, max_model_len: int, layout: KvLayout | None = None) -> None:

@@ -9,7 +9,7 @@ each sliding group only the blocks its window still reaches: before each allocat
 ``num_computed - window + 1``.  A model whose layers are all of one kind has one group.
 
 :class:`KvLayout` is that arithmetic for one replica; which layers form the groups is the
-engine's rule (:func:`latsim.engines.vllm.kvgroups.kv_layout`).  The default layout is one
+engine's rule (:func:`latsim.engines.vllm.kvgroups.kv_groups`).  The default layout is one
 full-attention group: a block per ``block_size`` tokens, nothing freed early.
 """
 
@@ -65,6 +65,14 @@ class KvLayout:
         """Blocks vLLM's admission gate reserves for a request of ``tokens`` (nothing cached)."""
         slots = cdiv(tokens, block_size)
         return self.full * slots + self.sliding * min(slots, self.admission_blocks)
+
+    @classmethod
+    def for_engine(cls, full: int, sliding: int, window: int, max_num_batched_tokens: int, max_model_len: int,
+                   block_size: int) -> KvLayout:
+        """The layout of ``full`` and ``sliding`` groups with the admission cap of this engine's
+        token budget and context (:meth:`sliding_admission_blocks`; none when nothing slides)."""
+        cap = cls.sliding_admission_blocks(window, max_num_batched_tokens, max_model_len, block_size) if sliding else 0
+        return cls(full, sliding, window, cap)
 
     @staticmethod
     def sliding_admission_blocks(window: int, max_num_batched_tokens: int, max_model_len: int,

@@ -9,7 +9,8 @@ import pytest
 from latsim.catalog import load_device, load_model
 from latsim.catalog.hf_config import parse_hf_config
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
-from latsim.engines.vllm.engine import limits_for, make_fast
+from latsim.engines.vllm.engine import limits_for
+from latsim.engines.vllm.fastsched import FastVllmScheduler
 from latsim.engines.vllm.kvgroups import KvGroups, kv_groups
 from latsim.engines.vllm.memory import DoesNotFitError, plan_memory
 from latsim.sim.kvlayout import KvLayout
@@ -139,7 +140,7 @@ def test_gemma3_pool_blocks_hold_one_group_and_a_long_request_holds_the_window()
     assert plan.kv_capacity_tokens > 3 * plan.kv_bytes / plan.kv_bytes_per_token  # every layer counted: 3x+ less
     limits = limits_for(engine, plan)
     assert limits.kv_layout == plan.kv_layout(engine.max_num_batched_tokens)
-    assert limits.kv_layout.sliding == 6 and make_fast(limits, plan.num_blocks).cohort.sliding == 6
+    assert limits.kv_layout.sliding == 6 and FastVllmScheduler(limits, plan.num_blocks).cohort.sliding == 6
 
 
 def test_a_long_context_fits_when_only_the_full_layers_hold_all_of_it() -> None:

@@ -128,33 +128,34 @@ class DecodeCohort:
             heappop(heap)
         return heap[0][0] - self.step if heap else math.inf
 
-    def run_pool(self, n: int, free: int, later: int = 0, admit: float = math.inf) -> tuple[int, int, int, int, int]:
+    def run_pool(self, n: int, free: int, later: int = 0,
+                 admit: float = math.inf) -> tuple[int, int, int, int, float]:
         """The pool over the next ``n`` steps (sliding layers; no member ages in them):
         ``(steps, taken, freed, peak_first, peak_rest)``.  ``steps``: the most whose blocks each
         fit what is free before that step (its own frees not counted: the running list's order
         could put them after another's allocation), ``later`` more free from the second step on
         (zombies released after the first decision); the blocks taken and freed in them; the
         blocks in use above the start right after the first decision, and the most right after
-        a later one (``later`` not subtracted).  The steps stop before the first whose frees
-        leave ``admit`` blocks free for the waiting head (it would be admitted there)."""
+        a later one (``later`` not subtracted; ``-inf`` when there is none).  The steps stop before
+        the first whose frees leave ``admit`` blocks free for the waiting head (admitted there)."""
         bs, g, groups, sliding = self.block_size, self.step, self.groups, self.sliding
         phases, old, first = self.phases, self.old_phases, self.layout.window - 1
-        taken = freed = 0
-        peak_first, peak_rest = 0, -math.inf
+        taken = freed = peak_first = 0
+        peak_rest: float = -math.inf
         for j in range(n):
             take = groups * phases[-(g + j) % bs]
             if take > free - taken + freed + (later if j else 0):
-                return j, taken, freed, peak_first, int(peak_rest) if j > 1 else 0
+                return j, taken, freed, peak_first, peak_rest
             out = sliding * old[(first - g - j) % bs] + (self.catch_up if j == 0 else 0)
             if out and free - taken - take + freed + out + later >= admit:
-                return j, taken, freed, peak_first, int(peak_rest) if j > 1 else 0
+                return j, taken, freed, peak_first, peak_rest
             taken += take
             freed += out
             if j == 0:
                 peak_first = taken - freed
             else:
                 peak_rest = max(peak_rest, taken - freed)
-        return n, taken, freed, peak_first, int(peak_rest) if n > 1 else 0
+        return n, taken, freed, peak_first, peak_rest
 
     def steps_within(self, n_max: int, free: int) -> int:
         """Largest ``n <= n_max`` whose next ``n`` steps take at most ``free`` blocks; O(block_size)."""

@@ -78,18 +78,12 @@ def default_executor(tp: int) -> str:
     return "mp" if tp > 1 else "uni"
 
 
-def make_fast(limits: SchedulerLimits, num_blocks: int) -> FastVllmScheduler:
-    """The fast twin of the reference scheduler (sliding-window layouts included: its decode cohort
-    frees the blocks behind the windows, :mod:`latsim.engines.vllm.cohort`)."""
-    return FastVllmScheduler(limits, num_blocks)
-
-
 SPEC = EngineSpec(
     name="vllm",
     server_defaults=server_defaults,
     plan_memory=plan_checked,
     make_scheduler=lambda engine, memory: VllmScheduler(limits_for(engine, memory), memory.num_blocks),
-    make_fast=lambda engine, memory: make_fast(limits_for(engine, memory), memory.num_blocks),
+    make_fast=lambda engine, memory: FastVllmScheduler(limits_for(engine, memory), memory.num_blocks),
     graph_tokens=graph_tokens,
     default_executor=default_executor,
     overlaps_host=lambda engine: engine.async_scheduling,

@@ -31,9 +31,8 @@ class KvGroups:
 
     def layout(self, max_num_batched_tokens: int, max_model_len: int, block_size: int) -> KvLayout:
         """The scheduler's view of these groups (:class:`~latsim.sim.kvlayout.KvLayout`)."""
-        cap = KvLayout.sliding_admission_blocks(self.window, max_num_batched_tokens, max_model_len,
-                                                block_size) if self.sliding else 0
-        return KvLayout(self.full, self.sliding, self.window, cap)
+        return KvLayout.for_engine(self.full, self.sliding, self.window, max_num_batched_tokens, max_model_len,
+                                   block_size)
 
     def max_request_blocks(self, max_num_batched_tokens: int, max_model_len: int, block_size: int) -> int:
         """Pool blocks vLLM reserves for one request of ``max_model_len`` tokens (its

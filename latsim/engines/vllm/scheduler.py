@@ -225,11 +225,15 @@ class VllmScheduler:
             return True
         if hits:
             return self.kv.full_sequence_fits(req, hits)
+        return self._whole_need(req) <= self.kv.pool.num_free + extra_free
+
+    def _whole_need(self, req: Req) -> int:
+        """The free blocks the admission gate asks for a waiting request with no cache hit."""
         kv = self.kv
         if kv.grouped:
-            return kv.admission_blocks(req) <= kv.pool.num_free + extra_free
+            return kv.admission_blocks(req)
         tokens = req.num_tokens if req.num_tokens < kv.max_model_len else kv.max_model_len
-        return -(-tokens // kv.block_size) <= kv.pool.num_free + extra_free
+        return -(-tokens // kv.block_size)
 
     def head_admissible(self, budget: int, seats: int = 0, blocks: int = 0) -> bool:
         """Whether the next step could admit the waiting head, given ``budget`` spare tokens.
@@ -256,13 +260,9 @@ class VllmScheduler:
             num_new = threshold
         if not self.limits.enable_chunked_prefill and num_new > budget:
             return math.inf
-        kv = self.kv
         if self.limits.scheduler_reserve_full_isl:  # implies room for the first chunk
-            if kv.grouped:
-                return kv.admission_blocks(head)
-            tokens = head.num_tokens if head.num_tokens < kv.max_model_len else kv.max_model_len
-            return -(-tokens // kv.block_size)
-        return kv.blocks_needed(head, min(num_new, budget))
+            return self._whole_need(head)
+        return self.kv.blocks_needed(head, min(num_new, budget))
 
     def update(self, plan: StepPlan, now: float) -> list[Req]:
         """Apply a finished step at time ``now``: advance, sample tokens, retire finished requests."""
