@@ -52,11 +52,16 @@ class GroupedKVManager(KVManager):
     def held(self, req: Req) -> int:
         return self.layout.held(req.num_blocks, req.skipped)
 
-    def holds_sliding_keys(self, req: Req) -> bool:
-        """Whether a sliding table of ``req`` holds findable blocks (its window will free them one by one)."""
-        if self.sliding_groups and self.sliding_groups[0] == 0 and req.keys:
-            return True
-        return any(g in self.sliding_groups for g, _ in req.xkeys)
+    def will_free_findable(self, req: Req) -> bool:
+        """Whether a window of ``req`` will, before it finishes, pass a findable block of a sliding
+        table (a cached prefix, or its own blocks after a preemption): those go back one by one."""
+        keyed = [i for g, i in req.xkeys if g in self.sliding_groups]
+        if self.sliding_groups and self.sliding_groups[0] == 0:
+            keyed.extend(req.keys)
+        if not keyed:
+            return False
+        last = min(req.prompt + req.target, self.max_model_len)  # more than its last allocation's context
+        return self.layout.skipped(last, self.block_size) > min(keyed)
 
     def _key(self, req: Req, g: int, i: int) -> tuple:
         return req.block_key(i) if g == 0 else ("x", g, *req.block_key(i))

@@ -49,8 +49,8 @@ class KVManager:
         """Pool blocks ``req`` holds."""
         return req.num_blocks
 
-    def holds_sliding_keys(self, req: Req) -> bool:
-        """Whether ``req`` holds findable blocks a sliding window will free (never, here)."""
+    def will_free_findable(self, req: Req) -> bool:
+        """Whether a sliding window of ``req`` will free a findable block (never, here)."""
         return False
 
     def give_back(self, n: int) -> None:

@@ -60,7 +60,6 @@ class FastVllmScheduler(VllmScheduler):
         self.last_start = 0.0  # when the next step is decided: the latest step's start (or
         # empty decision's), or the end of its launch when the step runs without CUDA graphs
         self._decode_dt = 0.0  # duration of the latest decode-run step (predicts run lengths)
-        self._admit_need = math.inf  # blocks the waiting head needs to be admitted (latest run's room)
 
     def settle(self) -> None:
         """Make every running request's fields current (the cohort becomes empty)."""
@@ -194,7 +193,7 @@ class FastVllmScheduler(VllmScheduler):
         if blocks > kv.num_free or (registers and kv.pool.evicts_key(blocks)):
             plan.scheduled.clear()
             return -1  # a preemption, or an eviction that could change what gets cached
-        if cohort_frees and any(kv.holds_sliding_keys(req) for req, _ in plan.scheduled):
+        if cohort_frees and any(kv.will_free_findable(req) for req, _ in plan.scheduled):
             plan.scheduled.clear()
             return -1  # findable blocks freed behind a window: their place in the queue follows the running order
         if cohort_blocks:
@@ -221,7 +220,7 @@ class FastVllmScheduler(VllmScheduler):
         candidates = self.running if not k else self.others + plan.new
         done = self._retire(finished, end) if finished else 0
         for req in joiners:
-            if not self.kv.holds_sliding_keys(req):  # else it decodes as an other until its window passes them
+            if not self.kv.will_free_findable(req):  # else it decodes as an other (its frees follow the running order)
                 cohort.join(req)
         self.others = [r for r in candidates if r.base < 0 and r.state == RUNNING]
         return done
@@ -239,9 +238,9 @@ class FastVllmScheduler(VllmScheduler):
         if launch_from is not None and cohort.size > launch_from:
             return None  # graph-less decode steps: one at a time, for their launches
         finish_at = cohort.steps_to_finish()
-        free, freed, first = room
+        free, freed, first, admit = room
         if cohort.sliding:
-            n_max = cohort.run_pool(int(min(finish_at, cohort.steps_to_aging())), free, freed, self._admit_need)[0]
+            n_max = cohort.run_pool(int(min(finish_at, cohort.steps_to_aging())), free, freed, admit)[0]
         else:
             n_max = cohort.steps_within(finish_at, free + freed)
         if n_max <= 0:
@@ -250,12 +249,12 @@ class FastVllmScheduler(VllmScheduler):
         if len(ends) < 2:
             return None
         if cohort.sliding:
-            return self._apply_sliding_run(ends, free, freed, finish_at)
+            return self._apply_sliding_run(ends, room, finish_at)
         return self._apply_run(ends, first, finish_at)
 
-    def _run_room(self) -> tuple[int, int, int] | None:
+    def _run_room(self) -> tuple[int, int, int, float] | None:
         """``(free blocks, blocks the zombies free after the first decision, blocks of the first
-        step)`` when only the cohort can run, else None.
+        step, free blocks that would admit the waiting head)`` when only the cohort can run, else None.
 
         Zombies (asynchronous scheduling) are released after the run's first decision, as the
         reference does, so the head must stay inadmissible with their seats and blocks free
@@ -270,15 +269,15 @@ class FastVllmScheduler(VllmScheduler):
             if z.keys:
                 return None  # shared blocks: what the release frees is not just a count
             freed += self.kv.held(z)
-        self._admit_need = self.head_block_need(budget - k, len(zombies)) if self.waiting else math.inf
-        if self._admit_need <= self.kv.num_free + freed:
+        admit = self.head_block_need(budget - k, len(zombies)) if self.waiting else math.inf
+        if admit <= self.kv.num_free + freed:
             return None
         free = self.kv.pool.num_free
         if zombies:
             first = cohort.blocks_next()
             if first > free:
                 return None
-        return free, freed, first
+        return free, freed, first, admit
 
     def _apply_run(self, ends: list[float], first: int, finish_at: int) -> tuple[float, int]:
         """Take a run's blocks (zombies go after its first step), record it; ``(end, finished)``."""
@@ -297,14 +296,16 @@ class FastVllmScheduler(VllmScheduler):
             self.peak_blocks_used = used
         return self._record_run(ends, finish_at)
 
-    def _apply_sliding_run(self, ends: list[float], free: int, zombie_blocks: int, finish_at: int) -> tuple[float, int]:
+    def _apply_sliding_run(self, ends: list[float], room: tuple[int, int, int, float],
+                           finish_at: int) -> tuple[float, int]:
         """:meth:`_apply_run` for a cohort that frees blocks behind its windows: the blocks taken
         and freed step by step (:meth:`DecodeCohort.run_pool`), applied as the frees then the
         takes (the same blocks leave the queue: it is taken from the front), the peak use
         right after each decision."""
         cohort, pool = self.cohort, self.kv.pool
         n = len(ends) - 1
-        steps, taken, freed, peak_first, peak_rest = cohort.run_pool(n, free, zombie_blocks, self._admit_need)
+        free, zombie_blocks, _, admit = room
+        steps, taken, freed, peak_first, peak_rest = cohort.run_pool(n, free, zombie_blocks, admit)
         assert steps == n
         used = pool.num_used
         peak = used + peak_first
@@ -314,8 +315,8 @@ class FastVllmScheduler(VllmScheduler):
             self.kv.give_back(first_freed)
             taken, freed = taken - first, freed - first_freed
             self.release_zombies()
-        if n > 1:
-            peak = max(peak, used - zombie_blocks + peak_rest)
+        if n > 1:  # peak_rest: the later decisions' (-inf for a one-step run)
+            peak = max(peak, used - zombie_blocks + int(peak_rest))
         self.kv.give_back(freed)
         pool.take(taken)
         if peak > self.peak_blocks_used:
