@@ -71,6 +71,9 @@ class Settings:
     num_gpu_blocks: int | None = setting("Override the KV blocks the memory plan gives", "engine")
     executor: str | None = setting("Where the engine runs the model: uni (its own process; vLLM's default on one GPU) "
                                    "| mp (worker processes; its default at TP > 1)", "engine")
+    language_model_only: bool | None = setting("vLLM's --language-model-only: a multimodal checkpoint's vision "
+                                               "encoder is not loaded (its weights leave room for KV cache)",
+                                               "engine")
     host_speed: float | None = setting("Serving host's CPU speed vs the one latsim's engine CPU terms describe "
                                        "(0.5: half as fast; see `latsim host-speed`)", "engine")
     qps: float | None = setting("Mean request rate (req/s)", "workload", default=8.0)

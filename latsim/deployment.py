@@ -42,6 +42,10 @@ class EngineConfig:
     (0.5: half as fast; ``latsim host-speed`` estimates it on the machine it runs on)."""
     executor: str | None = None
     """:data:`EXECUTORS`; ``None``: the engine's default for the deployment's GPUs per engine."""
+    language_model_only: bool = False
+    """vLLM's ``--language-model-only``: a multimodal checkpoint's encoders (Gemma 3's vision
+    tower, ``ModelSpec.encoder_params``) are not loaded, so their weights leave the KV cache's
+    room; nothing changes for a text-only model."""
 
     def __post_init__(self) -> None:
         check_engine_name(self.engine)

@@ -33,7 +33,8 @@ SURROGATE_LIVE_ERROR = ("a surrogate answer: its own error is surrogate.held_out
 
 TRAINED_ENGINE = {"engine": "vllm", "block_size": 16, "gpu_memory_utilization": 0.92, "enable_chunked_prefill": True,
                   "enable_prefix_caching": True, "async_scheduling": True, "num_gpu_blocks": None,
-                  "host_speed": 1.0, "max_model_len": None, "router": "round-robin", "executor": None}
+                  "host_speed": 1.0, "max_model_len": None, "router": "round-robin", "executor": None,
+                  "language_model_only": False}
 """Settings every training configuration had; another value is outside the domain (an executor
 given as the engine's default for the row's TP is the default)."""
 KV_AS_TRAINED = 0.10

@@ -119,6 +119,7 @@ def deployment_for(meta: dict, device: str) -> Deployment:
         max_model_len=ec.get("max_model_len"), enable_chunked_prefill=ec.get("chunked_prefill", True),
         enable_prefix_caching=ec.get("prefix_caching", True), async_scheduling=ec.get("async_scheduling", True),
         num_gpu_blocks=ec.get("num_gpu_blocks"), executor=run_executor(meta),
+        language_model_only=bool((meta.get("engine_args") or {}).get("language_model_only", False)),
     )
     return Deployment(model=model, device=load_device(device), tp=ec.get("tp") or 1, engine=engine,
                       kv_dtype=engine_kv_dtype(ec.get("kv_cache_dtype")))

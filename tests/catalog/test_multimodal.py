@@ -119,3 +119,40 @@ def test_predict_runs_a_gemma3_checkpoint_and_rejects_a_broken_one(tmp_path: Pat
     code, out, err = run(["predict", "--model", str(bad), "--device", "h200", "--json"], monkeypatch, capsys)
     assert code == 2 and out == ""
     assert "text_config" in err and "Traceback" not in err
+
+
+def test_language_model_only_frees_exactly_the_encoder_weights_for_kv_cache() -> None:
+    from latsim import Deployment, EngineConfig, load_device, load_model
+    from latsim.engines.vllm.memory import plan_memory
+
+    def plan(model: str, only: bool):
+        return plan_memory(Deployment(load_model(model), load_device("h200"),
+                                      engine=EngineConfig(max_model_len=8192, language_model_only=only)))
+
+    full, text = plan("gemma-3-27b", False), plan("gemma-3-27b", True)
+    assert full.weights_bytes - text.weights_bytes == 2 * load_model("gemma-3-27b").encoder_params
+    assert text.num_blocks > full.num_blocks
+    assert plan("gemma-3-1b", True) == plan("gemma-3-1b", False)  # a text-only checkpoint: nothing to skip
+
+
+def test_a_replay_reads_language_model_only_from_the_run_s_engine_args() -> None:
+    from latsim.validate.compare import deployment_for
+
+    meta = {"model": {"name": "g", "config": gemma3_27b()}, "engine_config": {"max_model_len": 8192}}
+    assert not deployment_for(meta, "h200").engine.language_model_only
+    meta["engine_args"] = {"language_model_only": True}
+    assert deployment_for(meta, "h200").engine.language_model_only
+
+
+def test_a_deployment_file_and_the_flag_set_language_model_only(tmp_path: Path, monkeypatch, capsys) -> None:
+    args = ["predict", "--model", "gemma-3-27b", "--device", "h100", "--gpu-memory-utilization", "0.69",
+            "--max-model-len", "4096", "--qps", "1", "--num-requests", "20", "--replications", "1", "--json"]
+    code, _, err = run(args, monkeypatch, capsys)
+    assert code == 2 and "--language-model-only" in err
+    code, out, _ = run([*args, "--language-model-only"], monkeypatch, capsys)
+    assert code == 0 and json.loads(out)["kv_capacity_tokens"] > 0
+    file = tmp_path / "d.yaml"
+    file.write_text("model: gemma-3-27b\ndevice: h100\nengine: {language_model_only: true, max_model_len: 4096, "
+                    "gpu_memory_utilization: 0.69}\nworkload: {qps: 1, num_requests: 20}\n")
+    code, out, _ = run(["predict", "--config", str(file), "--replications", "1", "--json"], monkeypatch, capsys)
+    assert code == 0 and json.loads(out)["kv_capacity_tokens"] > 0

@@ -18,6 +18,7 @@ CASES = [
     ("llama-3.1-70b", "h100", 2, {"max_model_len": 131072}),
     ("llama-3.1-8b", "l4", 1, {}),
     ("llama-3.1-8b", "h100", 1, {"max_num_batched_tokens": 10**7, "max_num_seqs": 10**6}),
+    ("gemma-3-27b", "h100", 1, {"gpu_memory_utilization": 0.69, "max_model_len": 4096}),
 ]
 
 
@@ -25,8 +26,10 @@ def deployment(model: str, device: str, tp: int, engine: dict) -> Deployment:
     return Deployment(load_model(model), load_device(device), tp=tp, engine=EngineConfig(**engine))
 
 
-def applied(d: Deployment, flag: str, value: str) -> Deployment:
+def applied(d: Deployment, flag: str, value: str | None) -> Deployment:
     name = flag.replace("-", "_")
+    if value is None:  # a switch
+        return replace(d, engine=replace(d.engine, **{name: True}))
     if name in ("tp", "weight_dtype"):
         return replace(d, **{name: int(value) if name == "tp" else value})
     return replace(d, engine=replace(d.engine, **{name: int(value)}))
@@ -41,8 +44,8 @@ def test_each_suggested_change_fits_when_applied(model, device, tp, engine):
     assert suggestions, str(info.value)
     for suggestion in suggestions:
         changed = d
-        for flag, value in re.findall(r"--([a-z-]+) ([a-z0-9]+)", suggestion):
-            changed = applied(changed, flag, value)
+        for flag, value in re.findall(r"--([a-z-]+)(?: ([a-z0-9]+))?", suggestion):
+            changed = applied(changed, flag, value or None)
         assert changed != d and SPEC.plan_memory(changed).num_blocks >= 1, suggestion
 
 
@@ -65,3 +68,12 @@ def test_the_tensor_parallel_sizes_offered_are_valid():
     assert offered == [1, 2, 4, 8]
     for tp in offered:
         deployment("llama-3.1-8b", "h100", tp, {})
+
+
+def test_a_multimodal_checkpoint_is_told_it_fits_without_its_encoder_and_a_text_model_is_not():
+    with pytest.raises(DoesNotFitError) as info:
+        SPEC.plan_memory(deployment("gemma-3-27b", "h100", 1, {"gpu_memory_utilization": 0.69, "max_model_len": 4096}))
+    assert "--language-model-only" in str(info.value)
+    with pytest.raises(DoesNotFitError) as text_only:
+        SPEC.plan_memory(deployment("llama-3.1-405b", "l40s", 1, {}))
+    assert "language-model-only" not in str(text_only.value)

@@ -27,13 +27,20 @@ def fit_advice(deployment: Deployment, works: Works) -> str:
             found[group] = flag
     if found:
         return "; it fits with " + ", or with ".join(found.values())
-    return ("; no change of --tp, --max-num-seqs, --max-num-batched-tokens or --weight-dtype alone makes it fit: "
-            "use a GPU with more memory")
+    tried = ", ".join(flag for group, flag in _SETTINGS
+                      if group != "language_model_only" or deployment.model.encoder_params)
+    return f"; no change of {tried} or --weight-dtype alone makes it fit: use a GPU with more memory"
+
+
+_SETTINGS = (("tp", "--tp"), ("max_num_seqs", "--max-num-seqs"),
+             ("max_num_batched_tokens", "--max-num-batched-tokens"), ("language_model_only", "--language-model-only"))
+"""The settings whose single changes :func:`_candidates` tries, but the weights' dtype."""
 
 
 def _candidates(d: Deployment) -> Iterator[tuple[str, str, Deployment]]:
     """``(setting, flag text, changed deployment)``, smallest change first within a setting:
-    larger tensor-parallel sizes, the engine's defaults for given knobs, fp8 weights."""
+    larger tensor-parallel sizes, the engine's defaults for given knobs, a multimodal checkpoint
+    without its encoder, fp8 weights."""
     for tp in range(d.tp + 1, d.device.max_gpus_per_node + 1):
         changed = _with_tp(d, tp)
         if changed is not None:
@@ -44,6 +51,9 @@ def _candidates(d: Deployment) -> Iterator[tuple[str, str, Deployment]]:
         changed = replace(d, engine=replace(d.engine, **defaults))
         resolved = resolve_engine(changed)
         yield "+".join(group), " ".join(f"--{k.replace('_', '-')} {getattr(resolved, k)}" for k in group), changed
+    if d.model.encoder_params and not d.engine.language_model_only:
+        yield "language_model_only", "--language-model-only", replace(d, engine=replace(d.engine,
+                                                                                     language_model_only=True))
     if d.weight_dtype in ("bf16", "fp16"):
         yield "weight_dtype", "--weight-dtype fp8", replace(d, weight_dtype="fp8")
 

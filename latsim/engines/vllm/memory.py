@@ -152,7 +152,8 @@ def _plan(deployment: Deployment, advise: bool, engine: EngineConfig | None = No
     model, tp, c = deployment.model, deployment.tp, _coefficients()
     device_bytes = deployment.device.memory_bytes
     budget = engine.gpu_memory_utilization * device_bytes
-    weights = weight_bytes(model, deployment.weight_dtype) / tp
+    loaded = replace(model, encoder_params=0) if engine.language_model_only else model
+    weights = weight_bytes(loaded, deployment.weight_dtype) / tp
     activations = activation_peak_bytes(model, tp, engine)
     non_torch = c["non_torch_bytes"] + (c["non_torch_bytes_per_extra_gpu"] if tp > 1 else 0.0)
     graphs = c["cuda_graph_bytes"]
