@@ -91,6 +91,20 @@ W4A16_METHODS = ("gptq", "awq", "compressed-tensors")
 """Checkpoint methods whose 4-bit layers vLLM runs with its W4A16 kernels (bitsandbytes has its own)."""
 
 
+BNB_UNMEASURED = ("bitsandbytes 4-bit weights are priced as an ideal fused 4-bit kernel, and no live run measured "
+                  "them: bitsandbytes 0.50 on Hopper dequantizes a layer's weights to bf16 and runs a bf16 GEMM "
+                  "from 8-65 rows on (by the layer's shape), so steps of more than a few sequences are likely "
+                  "slower than predicted, possibly slower than bf16 weights")
+"""Why a bitsandbytes 4-bit prediction carries no validated band, and what it likely misses."""
+
+
+def runs_bitsandbytes(model: ModelSpec, weight_dtype: str) -> bool:
+    """Whether the linear layers run bitsandbytes' 4-bit matmul (a bitsandbytes 4-bit checkpoint
+    served at its own dtype), which latsim has not measured (:data:`BNB_UNMEASURED`)."""
+    quant = model.quantization
+    return weight_dtype == "int4" and quant is not None and quant.method == "bitsandbytes"
+
+
 def runs_w4a16_kernel(model: ModelSpec, weight_dtype: str) -> bool:
     """4-bit weights from such a method's checkpoint, or chosen by flag (``--weight-dtype int4``
     on a 16-bit checkpoint prices the common GPTQ/AWQ path)."""

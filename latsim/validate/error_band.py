@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from latsim.costmodel.shard import BNB_UNMEASURED, runs_bitsandbytes
 from latsim.paths import engine_data
 from latsim.registry import engine_spec
 
@@ -203,11 +204,11 @@ def shipped_band() -> ErrorBand:
 
 
 def kind_why(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: int, replicas: int,
-             default_scheduling: bool) -> str:
+             default_scheduling: bool, bitsandbytes: bool = False) -> str:
     """"" when ``band`` describes this kind of deployment (at some load and pace): the measured
     engine family, GPU and cost model, one engine at the measured TP, vLLM's default scheduling
     (asynchronous, chunked prefill) and executor (the model in the engine-core process on one
-    GPU); else why not."""
+    GPU), weights of a kind measured live (not ``bitsandbytes`` 4-bit); else why not."""
     family = band.engine.split("-")[0]
     checks = (
         (engine == family, f"measured live on {family} only"),
@@ -215,17 +216,18 @@ def kind_why(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: 
         (cost_model == band.cost_model, f"measured live with the {band.cost_model} cost model only"),
         (tp == band.tp and replicas == 1, f"measured live on one engine at TP={band.tp} only"),
         (default_scheduling, "measured live with the engine's default scheduling and executor only"),
+        (not bitsandbytes, BNB_UNMEASURED),
     )
     return next((why for ok, why in checks if not ok), "")
 
 
 def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: int, replicas: int,
             saturation: float | None, default_scheduling: bool, host_ratio: float | None,
-            host_known: bool = False) -> tuple[tuple[str, str] | None, str]:
+            host_known: bool = False, bitsandbytes: bool = False) -> tuple[tuple[str, str] | None, str]:
     """((load band, pace), "") when ``band`` describes this deployment, else (``None``, why not):
     its kind (:func:`kind_why`), a load inside a band and a pace with levels."""
     why = kind_why(band, engine=engine, device=device, cost_model=cost_model, tp=tp, replicas=replicas,
-                   default_scheduling=default_scheduling)
+                   default_scheduling=default_scheduling, bitsandbytes=bitsandbytes)
     if why:
         return None, why
     if saturation is None or not np.isfinite(saturation):
@@ -279,7 +281,8 @@ def _kind(deployment: Any, cost_model: str) -> dict[str, Any]:
     default_scheduling = (engine.async_scheduling and engine.enable_chunked_prefill and engine.static_batch_size is None
                           and default_executor)
     return {"engine": engine.engine, "device": deployment.device.name, "cost_model": cost_model,
-            "tp": deployment.tp, "replicas": deployment.replicas, "default_scheduling": default_scheduling}
+            "tp": deployment.tp, "replicas": deployment.replicas, "default_scheduling": default_scheduling,
+            "bitsandbytes": runs_bitsandbytes(deployment.model, deployment.weight_dtype)}
 
 
 def at_slow_edge(predicted: float, cell: dict[str, Any]) -> float:

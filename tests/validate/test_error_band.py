@@ -123,6 +123,7 @@ MEASURED = {"engine": "vllm", "device": "h200", "cost_model": "calibrated", "tp"
     ({"replicas": 2}, "one engine"), ({"default_scheduling": False}, "default scheduling"),
     ({"saturation": 1.3}, "outside the measured"), ({"saturation": None}, "no load estimate"),
     ({"host_ratio": 0.1}, "host/GPU pace"), ({"host_ratio": None}, "host/GPU pace"),
+    ({"bitsandbytes": True}, "no live run measured them"),
 ])
 def test_the_band_applies_only_to_what_was_measured(change: dict, why: str) -> None:
     out = eb.validated_error(_band(), **{**MEASURED, **change})
@@ -220,3 +221,19 @@ def test_the_band_describes_the_engines_default_executor_only(executor, tp, desc
                             engine=EngineConfig(executor=executor))
     why = eb.deployment_why(deployment, "calibrated", _band())
     assert (why == "") is described and (described or "executor" in why)
+
+
+@pytest.mark.parametrize(("method", "described"), [("bitsandbytes", False), ("gptq", True), (None, True)])
+def test_the_band_leaves_out_bitsandbytes_weights_only(method, described) -> None:
+    from latsim.catalog import parse_hf_config
+    from latsim.catalog.lookup import load_device
+    from latsim.deployment import Deployment
+
+    config = json.loads((eb.Path(__file__).parents[2] / "latsim/data/catalog/models/llama-3.1-8b.json").read_text())
+    if method == "bitsandbytes":
+        config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    elif method == "gptq":
+        config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+    deployment = Deployment(model=parse_hf_config(config, "m"), device=load_device("h200"))
+    why = eb.deployment_why(deployment, "calibrated", _band())
+    assert (why == "") is described and (described or "bitsandbytes" in why)
