@@ -55,3 +55,14 @@ def test_weight_dtype_flag_overrides_an_unmodelled_method(tmp_path, monkeypatch,
     path = checkpoint(tmp_path, "reject_hqq")
     code, out, _ = run(["predict", "--model", path, "--weight-dtype", "int4", *SMALL], monkeypatch, capsys)
     assert code == 0 and json.loads(out)["weight_dtype_source"] == "flag"
+
+
+def test_a_bitsandbytes_checkpoint_is_predicted_with_a_warning_and_no_band(tmp_path, monkeypatch, capsys) -> None:
+    path = checkpoint(tmp_path, "bnb_nf4")
+    code, out, err = run(["predict", "--model", path, *SMALL], monkeypatch, capsys)
+    summary = json.loads(out)
+    assert code == 0 and summary["weight_dtype"] == "int4"
+    assert summary["validated_error"]["available"] is False and "dequantizes" in summary["validated_error"]["why"]
+    assert "warning: bitsandbytes 4-bit" in err
+    code, out, err = run(["predict", "--model", path, "--weight-dtype", "bf16", *SMALL], monkeypatch, capsys)
+    assert code == 0 and "bitsandbytes" not in err  # served at bf16: what was measured
