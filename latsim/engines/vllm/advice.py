@@ -27,14 +27,9 @@ def fit_advice(deployment: Deployment, works: Works) -> str:
             found[group] = flag
     if found:
         return "; it fits with " + ", or with ".join(found.values())
-    tried = ", ".join(flag for group, flag in _SETTINGS
-                      if group != "language_model_only" or deployment.model.encoder_params)
+    tried = "--tp, --max-num-seqs, --max-num-batched-tokens" + (", --language-model-only"
+                                                                if deployment.model.encoder_params else "")
     return f"; no change of {tried} or --weight-dtype alone makes it fit: use a GPU with more memory"
-
-
-_SETTINGS = (("tp", "--tp"), ("max_num_seqs", "--max-num-seqs"),
-             ("max_num_batched_tokens", "--max-num-batched-tokens"), ("language_model_only", "--language-model-only"))
-"""The settings whose single changes :func:`_candidates` tries, but the weights' dtype."""
 
 
 def _candidates(d: Deployment) -> Iterator[tuple[str, str, Deployment]]:
