@@ -55,7 +55,7 @@ def _simulated(settings: Settings, slo, replications: int, fallback: dict | None
                out_dir: Path | None, as_json: bool) -> None:
     """The replicated prediction, its warnings, files and printout."""
     from latsim.catalog.quant_resolve import dtype_report
-    from latsim.costmodel.shard import BNB_UNMEASURED
+    from latsim.costmodel.shard import BNB_UNMEASURED, runs_bitsandbytes
     from latsim.plan.prediction import predict_settings
     from latsim.report.output import write_outputs
     from latsim.validate.error_band import for_prediction, slow_edge
@@ -71,7 +71,7 @@ def _simulated(settings: Settings, slo, replications: int, fallback: dict | None
     summary.update(dtype_report(deployment))
     summary["host_speed"] = deployment.engine.host_speed
     summary["validated_error"] = for_prediction(deployment, summary)
-    if summary["validated_error"].get("why") == BNB_UNMEASURED:
+    if runs_bitsandbytes(deployment.model, deployment.weight_dtype):
         err.print(f"warning: {BNB_UNMEASURED}")
     edge = slow_edge(summary["validated_error"], summary)
     if edge is not None:

@@ -66,3 +66,7 @@ def test_a_bitsandbytes_checkpoint_is_predicted_with_a_warning_and_no_band(tmp_p
     assert "warning: bitsandbytes 4-bit" in err
     code, out, err = run(["predict", "--model", path, "--weight-dtype", "bf16", *SMALL], monkeypatch, capsys)
     assert code == 0 and "bitsandbytes" not in err  # served at bf16: what was measured
+    code, out, err = run(["predict", "--model", path, "--num-requests", "40", "--qps", "4", "--device", "h100",
+                          "--json"], monkeypatch, capsys)
+    assert code == 0 and "warning: bitsandbytes 4-bit" in err  # the pricing, not only the band, is unmeasured
+    assert "h200 only" in json.loads(out)["validated_error"]["why"]
