@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("runs", type=Path, nargs="?", default=Path("data/validation/h200"))
     ap.add_argument("--imported", type=Path, default=SHIPPED_DIR / "h200-aic")
     args = ap.parse_args()
-    runs = find_runs(args.runs)
+    runs = find_runs(args.runs, "h200")
     nat_t, imp_t = table(runs, None), table(runs, args.imported)
     native, imported = heads(nat_t), heads(imp_t)
     signed = pd.DataFrame({"native": signed_medians(nat_t), "imported": signed_medians(imp_t)}).T

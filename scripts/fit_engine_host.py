@@ -34,9 +34,9 @@ DIGITS = 4
 """Significant digits each written term keeps."""
 
 
-def poisson_runs(root: Path) -> list[Path]:
-    """Every open-loop level (Poisson arrivals) under ``root``."""
-    return [p for p in find_runs(root) if (read_meta(p).get("load") or {}).get("mode") == "open"]
+def poisson_runs(root: Path, device: str) -> list[Path]:
+    """Every open-loop level (Poisson arrivals) under ``root`` measured on ``device``."""
+    return [p for p in find_runs(root, device) if (read_meta(p).get("load") or {}).get("mode") == "open"]
 
 
 def report(label: str, replays: list[Replay], host) -> dict[str, float]:
@@ -87,7 +87,7 @@ def main() -> None:
         if key not in FIELDS:
             raise SystemExit(f"--start {item}: {key!r} is not one of {FIELDS}")
         start = replace(start, **{key: float(value)})
-    runs = poisson_runs(args.root)
+    runs = poisson_runs(args.root, args.device)
     replays = load_replays(runs, args.device, args.kind, args.host_speed)
     dense = [r for r in replays if re.search(args.dense_train, r.name)]
     moe = [r for r in replays if re.search(args.moe_train, r.name)] if args.moe_free else []

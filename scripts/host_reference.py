@@ -44,7 +44,7 @@ def probed_levels(roots: list[Path]) -> list[tuple[Path, float]]:
     """(level folder, probe median in seconds) of every level under ``roots`` that ran the probe."""
     out = []
     for root in roots:
-        for level in find_runs(root):
+        for level in find_runs(root, "h200"):  # the H200 machine's CPU (another VM's differs)
             probe = host_probe_ms(read_meta(level))
             if probe is not None:
                 out.append((level, probe / 1e3))

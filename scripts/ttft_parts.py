@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     speed: float | str = args.host_speed if args.host_speed == "probe" else float(args.host_speed)
     try:
-        rows = [r for run in find_runs(args.root) for r in level_rows(run, speed)]
+        rows = [r for run in find_runs(args.root, "h200") for r in level_rows(run, speed)]
     except (ValueError, FileNotFoundError) as exc:
         sys.exit(str(exc))
     if not rows:

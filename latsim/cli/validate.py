@@ -13,7 +13,8 @@ from latsim.cli.app import Opt, UserError, app, out
 @app.command()
 def validate(
     run: Annotated[Path, typer.Argument(help="A measured run directory, or a folder of them")],
-    device: Annotated[str, Opt(help="GPU the run was measured on")] = "h200",
+    device: Annotated[str, Opt(help="GPU to replay on: auto (each run's recorded GPU) or a catalog name "
+                               "(runs recorded on another GPU are left out)")] = "auto",
     out_dir: Annotated[Path | None, Opt("--out", help="Write errors.csv, validation.png (summary) and "
                                                      "validation.html (one page per run) here")] = None,
     as_json: Annotated[bool, Opt("--json")] = False,
@@ -40,7 +41,11 @@ def validate(
         speed = host_speed_option(host_speed)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    levels = [compare_run(r, device, seed=seed, host_speed=speed, profile=profile) for r in find_runs(run)]
+    try:
+        runs = _runs_and_devices(run, device)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    levels = [compare_run(r, d, seed=seed, host_speed=speed, profile=profile) for r, d in runs]
     table = error_table(levels)
     if out_dir:
         from latsim.atomic import atomic_write_text
@@ -61,16 +66,47 @@ def validate(
                   f"engine, set their latencies): {', '.join(bound)}")
         out.print("median |error| over Poisson levels, client-bound runs left out:")
         out.print(headline(table, engine_bound_only=True).to_string(float_format=pct))
-    _band_check(levels, table, device, speed)
+    _band_check(levels, table, speed)
 
 
-def _band_check(levels, table, device: str, speed: float | str) -> None:
-    """Print how many Poisson levels fall inside ``latsim predict``'s live error band of their cell."""
+def _runs_and_devices(root: Path, device: str) -> list[tuple[Path, str]]:
+    """The runs below ``root`` with the GPU each is replayed on: its recorded one (``auto``; a run
+    that recorded none is an error), or ``device``, leaving out (and naming) runs recorded on
+    another GPU."""
+    from latsim.catalog.lookup import load_device
+    from latsim.measure.records import read_meta
+    from latsim.validate.compare import find_runs, recorded_device
+
+    runs = find_runs(root)
+    recorded = [(r, recorded_device(read_meta(r))) for r in runs]
+    if device == "auto":
+        unknown = [str(r) for r, d in recorded if d is None]
+        if unknown:
+            raise ValueError(f"--device auto: {unknown[0]} records no GPU latsim knows (engine_config.versions.gpu)"
+                             f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; pass --device NAME")
+        return [(r, str(d)) for r, d in recorded]
+    name = load_device(device).name
+    other = [(r, d) for r, d in recorded if d not in (None, name)]
+    if other:
+        gpus = ", ".join(sorted({str(d) for _, d in other}))
+        out.print(f"left out {len(other)} level(s) measured on another GPU ({gpus}); replay them with "
+                  f"--device auto")
+    kept = [(r, name) for r, d in recorded if d in (None, name)]
+    if not kept:
+        raise ValueError(f"no run below {root} was measured on {name} (they were on {gpus}); use --device auto")
+    return kept
+
+
+def _band_check(levels, table, speed: float | str) -> None:
+    """Print how many Poisson levels measured on the band's GPU fall inside ``latsim predict``'s
+    live error band of their cell."""
     from latsim.validate.error_band import describe_inside, inside_band, shipped_band, with_host_ratios
 
     band = shipped_band()
-    if device != band.device:
+    levels = [lv for lv in levels if lv.deployment.device.name == band.device]
+    if not levels:
         return
+    table = table[table["run"].isin({lv.run_dir for lv in levels})]
     counts = inside_band(with_host_ratios(table, levels), band, host_known=speed != 1.0)
     if counts.empty:
         return

@@ -21,7 +21,7 @@ from latsim.catalog.quant_resolve import AUTO
 from latsim.costmodel.host import HOST_SPEED_RANGE, check_host_speed
 from latsim.deployment import EXECUTORS, Deployment, EngineConfig
 from latsim.engines.vllm.host_terms import reference_probe_s
-from latsim.measure.records import load_run
+from latsim.measure.records import load_run, read_meta
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 CLIENT_LAG_LIMIT_S = 0.05
@@ -94,15 +94,31 @@ def client_bound(meta: dict) -> bool:
     return isinstance(lag, (int, float)) and lag > CLIENT_LAG_LIMIT_S
 
 
-def find_runs(root: str | Path) -> list[Path]:
-    """Every run directory (holding ``meta.json``) at or below ``root``, sorted."""
+def find_runs(root: str | Path, device: str | None = None) -> list[Path]:
+    """Every run directory (holding ``meta.json``) at or below ``root``, sorted; with ``device``
+    only those measured on that GPU (:func:`recorded_device`; a run that recorded none counts as
+    measured on it)."""
     base = Path(root)
-    if (base / "meta.json").is_file():
-        return [base]
-    runs = sorted(p.parent for p in base.rglob("meta.json"))
+    runs = [base] if (base / "meta.json").is_file() else sorted(p.parent for p in base.rglob("meta.json"))
     if not runs:
         raise ValueError(f"{root} holds no measurement (no meta.json at or below it)")
-    return runs
+    if device is None:
+        return runs
+    return [r for r in runs if recorded_device(read_meta(r)) in (None, device)]
+
+
+def recorded_device(meta: dict) -> str | None:
+    """The catalog name of the GPU a run recorded (``engine_config.versions.gpu``, e.g. ``NVIDIA
+    H100 80GB HBM3`` -> ``h100``); ``None`` when it recorded none or one the catalog lacks."""
+    from latsim.calibration.cli import detect_device
+
+    gpu = ((meta.get("engine_config") or {}).get("versions") or {}).get("gpu")
+    if not gpu:
+        return None
+    try:
+        return detect_device(str(gpu)).name
+    except ValueError:
+        return None
 
 
 def deployment_for(meta: dict, device: str) -> Deployment:
@@ -199,11 +215,36 @@ def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=N
     measured_records = m.records_frame()
     itl_v, itl_w = m.itl_samples()
     measured = summarize(measured_records, itl_v, itl_w, rng=np.random.default_rng(seed))
+    predicted = matched_summary(result.summary, result.records, measured_records, result.itl_values_s,
+                                result.itl_weights, seed)
     trace_meta = m.meta.get("trace") or {}
     return LevelComparison(str(run_dir), str(m.meta.get("level", Path(run_dir).name)),
-                           trace_meta.get("offered_qps"), measured, result.summary,
+                           trace_meta.get("offered_qps"), measured, predicted,
                            measured_records, result.records, deployment, client_bound(m.meta),
                            host_probe_ms(m.meta))
+
+
+def matched_summary(summary: dict, records: pd.DataFrame, measured_records: pd.DataFrame,
+                    itl_values: np.ndarray, itl_weights: np.ndarray, seed: int) -> dict:
+    """The replay's ``summary`` with its TTFT, TPOT and E2E taken over the requests the live run
+    completed, when the run's deadline cut some off (a burst past the engine's capacity).
+
+    The deadline took the requests served last; the ones that finished were served first in both
+    engines, so the two sides are compared on the same requests (the replay's slower or faster
+    service then shows in their latencies, not in which requests are counted).  Without cut-off
+    requests ``summary`` is returned as it is.  The replay's ITL samples carry no request, so ITL
+    stays over all of its requests (``itl_over`` says so)."""
+    from latsim.metrics.summary import summarize
+
+    done = np.flatnonzero(measured_records["status"].to_numpy() == "ok")  # rows = the trace's positions
+    if len(done) == len(measured_records):
+        return summary
+    matched = records[np.isin(records["request_id"].to_numpy(), done)]
+    latencies = summarize(matched, itl_values, itl_weights, rng=np.random.default_rng(seed))
+    out = dict(summary)
+    out.update({k: latencies[k] for k in ("ttft_ms", "tpot_ms", "e2e_ms")})
+    out.update({"matched_requests": int(len(matched)), "itl_over": "all replayed requests"})
+    return out
 
 
 def error_table(levels: list[LevelComparison]) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from latsim.validate.compare import (
     headline,
     host_probe_ms,
     host_speed_option,
+    matched_summary,
     run_host_speed,
 )
 from tests.cli_runner import run_cli as cli
@@ -118,3 +119,69 @@ def test_cli_counts_no_level_of_a_kind_the_band_does_not_describe(monkeypatch: p
     code, out, _ = cli(["validate", str(tp2), "--device", "h200"], monkeypatch, capsys)
     assert code == 0 and "median |error|" in out
     assert "inside the live error band" not in out
+
+
+def _frame(statuses: list[str], ttft_s: list[float]) -> pd.DataFrame:
+    n = len(statuses)
+    return pd.DataFrame({"request_id": list(range(n)), "replica": [0] * n, "arrival_s": [0.0] * n,
+                         "first_scheduled_s": [0.0] * n, "first_token_s": ttft_s,
+                         "finish_s": [t + 1.0 for t in ttft_s], "input_tokens": [100] * n,
+                         "output_tokens": [11] * n, "cached_tokens": [0] * n, "preemptions": [0] * n,
+                         "status": statuses})
+
+
+def test_a_cut_off_burst_is_compared_on_the_requests_the_live_run_finished() -> None:
+    """The live run finished requests 0 and 2 (its deadline cut 1 and 3 off): the replay's TTFT
+    is taken over 0 and 2 only, whatever it did with the others; ITL stays over all of them."""
+    import numpy as np
+
+    from latsim.metrics.summary import summarize
+
+    measured = _frame(["ok", "unfinished", "ok", "unfinished"], [1.0, np.nan, 2.0, np.nan])
+    replayed = _frame(["ok"] * 4, [1.5, 9.0, 2.5, 30.0])
+    itl = (np.array([0.01, 0.02]), np.array([5.0, 5.0]))
+    whole = summarize(replayed, *itl, rng=np.random.default_rng(0))
+    out = matched_summary(whole, replayed, measured, *itl, seed=0)
+    assert out["ttft_ms"]["mean"] == pytest.approx(2000.0) and out["ttft_ms"]["p99"] == pytest.approx(2500.0)
+    assert whole["ttft_ms"]["p99"] == pytest.approx(30000.0)
+    assert out["matched_requests"] == 2 and out["itl_ms"] == whole["itl_ms"]
+    every = _frame(["ok"] * 4, [1.0, 1.1, 2.0, 2.1])
+    assert matched_summary(whole, replayed, every, *itl, seed=0) is whole  # nothing cut off: unchanged
+
+
+def test_the_h100_gemma_burst_past_capacity_is_replayed_on_its_finished_requests() -> None:
+    run = DATA.parent / "h100-s37" / "gemma-3-27b-long" / "burst"  # 61 of 100 finished by the deadline
+    level = compare_run(run, "h100")
+    assert int((level.measured_records["status"] == "ok").sum()) == 61
+    assert level.predicted["matched_requests"] == 61
+    assert level.predicted["ttft_ms"]["count"] == level.measured["ttft_ms"]["count"] == 61
+
+
+
+H100_LEVEL = DATA.parent / "h100-s37" / "gemma-3-27b-mix" / "f0.25"  # 35 requests, measured on an H100
+
+
+def test_each_run_is_replayed_on_the_gpu_it_recorded(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import shutil
+
+    from latsim.validate.compare import find_runs, recorded_device
+
+    assert recorded_device(json.loads((H100_LEVEL / "meta.json").read_text())) == "h100"
+    assert recorded_device(json.loads((SMALL_RUN / "meta.json").read_text())) == "h200"
+    assert recorded_device({}) is None
+    mixed = tmp_path / "runs"
+    shutil.copytree(H100_LEVEL, mixed / "a")
+    shutil.copytree(SMALL_RUN, mixed / "b")
+    assert find_runs(mixed, "h100") == [mixed / "a"] and len(find_runs(mixed)) == 2
+    code, out, _ = cli(["validate", str(mixed), "--json"], monkeypatch, capsys)  # --device auto
+    assert code == 0 and {r["run"] for r in json.loads(out)} == {str(mixed / "a"), str(mixed / "b")}
+    code, out, _ = cli(["validate", str(mixed), "--device", "h200"], monkeypatch, capsys)
+    assert code == 0 and "left out 1 level(s) measured on another GPU (h100)" in out
+    code, _, err = cli(["validate", str(H100_LEVEL), "--device", "h200"], monkeypatch, capsys)
+    assert code == 2 and "was measured on h200" in err and len(err.strip().splitlines()) == 1
+    meta = json.loads((mixed / "a" / "meta.json").read_text())
+    meta["engine_config"]["versions"]["gpu"] = "Mystery Accelerator 9000"
+    (mixed / "a" / "meta.json").write_text(json.dumps(meta))
+    code, _, err = cli(["validate", str(mixed)], monkeypatch, capsys)
+    assert code == 2 and "records no GPU latsim knows" in err and "--device NAME" in err
