@@ -30,7 +30,6 @@ def validate(
         CLIENT_LAG_LIMIT_S,
         compare_run,
         error_table,
-        find_runs,
         headline,
         host_speed_option,
     )

@@ -243,7 +243,7 @@ def matched_summary(summary: dict, records: pd.DataFrame, measured_records: pd.D
     latencies = summarize(matched, itl_values, itl_weights, rng=np.random.default_rng(seed))
     out = dict(summary)
     out.update({k: latencies[k] for k in ("ttft_ms", "tpot_ms", "e2e_ms")})
-    out.update({"matched_requests": int(len(matched)), "itl_over": "all replayed requests"})
+    out.update({"matched_requests": len(matched), "itl_over": "all replayed requests"})
     return out
 
 
