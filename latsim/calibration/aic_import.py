@@ -20,6 +20,10 @@ What the source never has, and how it is priced (each marked in ``profile.json``
   time).  Other decode kernels (FA2, FlashInfer) get none: the model prices their batches at the
   mean context and says so (``not_measured``).
 
+For a GPU of the H200's chip (the H100 SXM) the bf16 GEMM rows are then corrected by the source
+harness's bias measured on the H200, where latsim has both its own rows and the source's
+(:mod:`latsim.calibration.aic_bias`), and the GEMM regressor re-fitted.
+
 The source's attention times include the KV-cache write, which latsim prices as its own op:
 :func:`latsim.calibration.aic_adjust.less_kv_write` takes it out (``adjustments`` in
 ``profile.json``).  Deterministic: re-importing the same checkout gives identical files.
@@ -38,6 +42,7 @@ import pandas as pd
 from latsim.atomic import atomic_write, atomic_write_text
 from latsim.calibration import aic_convert as conv
 from latsim.calibration.aic_adjust import faster_than_roofline, less_kv_write
+from latsim.calibration.aic_bias import SAME_CHIP, correct_imported
 from latsim.calibration.aic_source import SourceDB, load_source, provenance
 from latsim.calibration.fit import fit_family, fit_frames, fit_profile, model_path, without_floor
 from latsim.catalog.devices import DeviceSpec
@@ -74,7 +79,8 @@ SPREAD_NONE = ("decode attention over spread contexts not in the source and its 
                "latsim probed (FA3): batches priced at their mean context")
 
 
-def _write_parquet(path: Path, df: pd.DataFrame) -> None:
+def write_parquet(path: Path, df: pd.DataFrame) -> None:
+    """Write ``df`` as zstd parquet, atomically."""
     buf = io.BytesIO()
     df.to_parquet(buf, index=False, compression="zstd")
 
@@ -179,7 +185,7 @@ def import_profile(
     out.mkdir(parents=True, exist_ok=True)
     profile["not_measured"]["decode_spread"] = transfer_spread(out, profile)
     for family, df in tables.items():
-        _write_parquet(out / f"{family}.parquet", df)
+        write_parquet(out / f"{family}.parquet", df)
     atomic_write_text(out / PROFILE, json.dumps(profile, indent=1, default=str) + "\n")
     report = fit_profile(out, device, seed=seed, params=IMPORT_XGB)
     memory.get_booster().save_model(str(model_path(out, "memory")))
@@ -192,6 +198,9 @@ def import_profile(
         "memory_xgb_params": MEMORY_XGB,
     }
     atomic_write_text(out / "fit_report.json", json.dumps(report, indent=1) + "\n")
+    if device.name in SAME_CHIP:
+        correct_imported(out, device, seed)
+        report = json.loads((out / "fit_report.json").read_text())
     return report
 
 

@@ -165,6 +165,7 @@ def test_import_writes_tables_in_seconds_with_provenance(imported: Path) -> None
     assert prof["gpu_name"] == GPU and prof["device"] == "h100"
     assert src["tables"]["gemm"] == "h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
     assert "memory" in prof["not_measured"] and "overhead" in prof["not_measured"]
+    assert "gemm_harness" in prof["adjustments"]  # the H100 is the H200's chip: latsim.calibration.aic_bias
     fake = _tables(np.random.default_rng(0))[("moe", "moe_perf")]
     moe = pd.read_parquet(imported / "moe.parquet")
     row = moe[(moe.tokens == 64) & (moe.experts == 8)].iloc[0]
