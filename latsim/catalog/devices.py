@@ -48,6 +48,10 @@ class DeviceSpec:
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
     memory_basis: str = "nominal"
+    arch: str | None = None
+    """The compute architecture (``sm90`` for Hopper) where a kernel's dispatch depends on it."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (compute units), where a kernel's dispatch depends on them."""
 
     def __hash__(self) -> int:
         return hash((self.name, self.memory_bytes, self.hbm_bandwidth, tuple(sorted(self.peak_flops.items())),
@@ -78,6 +82,8 @@ class _DeviceEntry(BaseModel):
     interconnect_gb_s: float = Field(gt=0)
     max_gpus_per_node: int = Field(ge=1)
     price_usd_per_hour: float = Field(gt=0)
+    arch: str | None = Field(default=None, pattern=r"^sm[0-9]{2,3}$")
+    sm_count: int | None = Field(default=None, ge=1)
     sources: dict[str, str]
 
     @field_validator("memory_basis")
@@ -123,6 +129,8 @@ class _DeviceEntry(BaseModel):
             aliases=tuple(a.lower() for a in self.aliases),
             sources=dict(self.sources),
             memory_basis=self.memory_basis,
+            arch=self.arch,
+            sm_count=self.sm_count,
         )
 
 

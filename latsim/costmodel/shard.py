@@ -62,6 +62,8 @@ class ShardSpec:
     """Whether the 4-bit linear layers run vLLM's mixed-precision W4A16 kernel (GPTQ, AWQ,
     compressed-tensors w4a16: Machete on Hopper, Marlin elsewhere, in vLLM 0.25.1), not a
     dequantize-then-GEMM path (bitsandbytes)."""
+    bnb: bool = False
+    """Whether the linear layers run bitsandbytes' 4-bit matmul (:mod:`latsim.costmodel.bnb`)."""
 
 
 def shard_model(model: ModelSpec, tp: int = 1, weight_dtype: str = "bf16",
@@ -84,6 +86,7 @@ def shard_model(model: ModelSpec, tp: int = 1, weight_dtype: str = "bf16",
         weight_bytes=stored_weight_bytes(model, weight_dtype), kv_bytes=DTYPE_BYTES[kv_dtype],
         act_bytes=DTYPE_BYTES[ACT_DTYPE], gemm_dtype=GEMM_COMPUTE_DTYPE[weight_dtype],
         act_quant=act_quant_of(model, weight_dtype), w4a16=runs_w4a16_kernel(model, weight_dtype),
+        bnb=runs_bitsandbytes(model, weight_dtype),
     )
 
 
@@ -91,10 +94,9 @@ W4A16_METHODS = ("gptq", "awq", "compressed-tensors")
 """Checkpoint methods whose 4-bit layers vLLM runs with its W4A16 kernels (bitsandbytes has its own)."""
 
 
-BNB_UNMEASURED = ("bitsandbytes 4-bit weights are priced as an ideal fused 4-bit kernel, and no live run measured "
-                  "them: bitsandbytes 0.50 on Hopper dequantizes a layer's weights to bf16 and runs a bf16 GEMM "
-                  "from 8-65 rows on (by the layer's shape), so steps of more than a few sequences are likely "
-                  "slower than predicted, possibly slower than bf16 weights")
+BNB_UNMEASURED = ("bitsandbytes 4-bit weights are priced from bitsandbytes 0.50's dispatch as read from its source "
+                  "(its own kernel for a few rows, then on Hopper the weights dequantized to bf16 and a bf16 GEMM; "
+                  "other GPUs: its own kernel at every row count), and no live run measured them")
 """Why a bitsandbytes 4-bit prediction carries no validated band, and what it likely misses."""
 
 

@@ -96,24 +96,54 @@ class StepGemm(NamedTuple):
     weight_bytes: float
     w4a16: bool
     """Whether it runs the W4A16 kernel."""
+    bnb: bool = False
+    """Whether it runs bitsandbytes' 4-bit matmul (:mod:`latsim.costmodel.bnb`)."""
 
 
 def step_gemms(s: ShardSpec) -> list[StepGemm]:
     """Every T-row GEMM of one GPU (:class:`StepGemm`): the linear layers in the checkpoint's
-    quantization, the MoE router in bf16.  The LM head is a per-sample GEMM, not listed."""
+    quantization, the MoE router in bf16.  The LM head is a per-sample GEMM, not listed.  Under
+    bitsandbytes a fused layer is one call per shard (q, k, v; gate, up), as vLLM makes them."""
     up = 2 if s.gated else 1
-    quant = (s.gemm_dtype, s.weight_bytes, s.w4a16)
-    out = [StepGemm("qkv", s.hidden, s.q_width + 2 * s.kv_width, s.layers, *quant),
-           StepGemm("o", s.q_width, s.hidden, s.layers, *quant)]
+    quant = (s.gemm_dtype, s.weight_bytes, s.w4a16, s.bnb)
+    if s.bnb:
+        out = [StepGemm(op, s.hidden, width, s.layers, *quant)
+               for op, width in (("q", s.q_width), ("k", s.kv_width), ("v", s.kv_width))]
+    else:
+        out = [StepGemm("qkv", s.hidden, s.q_width + 2 * s.kv_width, s.layers, *quant)]
+    out.append(StepGemm("o", s.q_width, s.hidden, s.layers, *quant))
     if s.mlp_width and s.dense_layers:
-        out += [StepGemm("gate_up", s.hidden, up * s.mlp_width, s.dense_layers, *quant),
-                StepGemm("down", s.mlp_width, s.hidden, s.dense_layers, *quant)]
+        out += _mlp("", s.hidden, s.mlp_width, up, s.dense_layers, quant, s.bnb)
     if s.experts and s.moe_layers:
         out.append(StepGemm("router", s.hidden, s.experts, s.moe_layers, "bf16", 2.0, False))
     if s.shared_width and s.moe_layers:
-        out += [StepGemm("shared_gate_up", s.hidden, up * s.shared_width, s.moe_layers, *quant),
-                StepGemm("shared_down", s.shared_width, s.hidden, s.moe_layers, *quant)]
+        out += _mlp("shared_", s.hidden, s.shared_width, up, s.moe_layers, quant, s.bnb)
     return out
+
+
+def _mlp(prefix: str, hidden: int, width: int, up: int, layers: int, quant: tuple[str, float, bool, bool],
+         split: bool) -> list[StepGemm]:
+    """An MLP's GEMMs: gate and up fused (``split``: one call each; ``up`` 1: no gate) and down."""
+    if not split:
+        ins = [StepGemm(f"{prefix}gate_up", hidden, up * width, layers, *quant)]
+    else:
+        ins = [StepGemm(f"{prefix}{name}", hidden, width, layers, *quant) for name in ("gate", "up")[2 - up:]]
+    return [*ins, StepGemm(f"{prefix}down", width, hidden, layers, *quant)]
+
+
+def bnb_gemm_s(p: Predictors, g: StepGemm, t: Arr, device: DeviceSpec) -> Arr:
+    """One bitsandbytes 4-bit shard at ``t`` rows (:mod:`latsim.costmodel.bnb`): its own kernel
+    (the bf16 curve on the 4-bit roofline) up to the rows its dispatch gives it on ``device``,
+    beyond: the weight dequantized to bf16 (read packed, write bf16: the copy curve at those bytes)
+    and a bf16 GEMM."""
+    from latsim.costmodel.bnb import own_kernel_rows
+
+    own = p.gemm_s(t, g.k, g.n, device, "bf16", g.weight_bytes)
+    limit = own_kernel_rows(g.k, g.n, device)
+    if limit is None:
+        return own
+    dequant = p.memory_s(FUSED_AS, np.full_like(t, g.k * g.n * (g.weight_bytes + 2.0)), device)
+    return np.where(t <= limit, own, dequant + p.gemm_s(t, g.k, g.n, device, "bf16", 2.0))
 
 
 def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[Arr, list[str]]:
@@ -121,7 +151,9 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[
     notes: list[str] = []
     total = np.zeros_like(t)
     for g in step_gemms(s):
-        total = total + g.layers * p.gemm_s(t, g.k, g.n, device, g.dtype, g.weight_bytes, w4a16=g.w4a16)
+        gemm = bnb_gemm_s(p, g, t, device) if g.bnb else p.gemm_s(t, g.k, g.n, device, g.dtype, g.weight_bytes,
+                                                                  w4a16=g.w4a16)
+        total = total + g.layers * gemm
     if s.experts and s.moe_layers:
         shape = (s.experts, s.top_k, s.hidden, s.expert_width)
         total = total + s.moe_layers * p.moe_s(t, shape, device, s.weight_bytes)
