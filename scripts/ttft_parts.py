@@ -49,7 +49,7 @@ import pandas as pd
 from latsim.deployment import resolve_engine
 from latsim.measure.records import load_run
 from latsim.sim.simulate import default_cost_model
-from latsim.validate.compare import compare_run, find_runs, replay_deployment
+from latsim.validate.compare import compare_run, find_runs, recorded_device, replay_deployment
 
 PARTS = ("front_end", "queue", "prefill", "output", "ttft")
 
@@ -86,8 +86,9 @@ def level_rows(run_dir: Path, host_speed: float | str) -> list[dict[str, object]
     measured = measured_parts(m.requests)
     if measured.empty:
         return []
-    cmp = compare_run(run_dir, "h200", host_speed=host_speed)
-    deployment = replay_deployment(m.meta, "h200", host_speed)
+    device = recorded_device(m.meta) or "h200"
+    cmp = compare_run(run_dir, device, host_speed=host_speed)
+    deployment = replay_deployment(m.meta, device, host_speed)
     frontend = default_cost_model(deployment, resolve_engine(deployment)).frontend_s
     sides = {"measured": measured, "simulated": simulated_parts(cmp.predicted_records, frontend)}
     rows = []
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     speed: float | str = args.host_speed if args.host_speed == "probe" else float(args.host_speed)
     try:
-        rows = [r for run in find_runs(args.root, "h200") for r in level_rows(run, speed)]
+        rows = [r for run in find_runs(args.root) for r in level_rows(run, speed)]
     except (ValueError, FileNotFoundError) as exc:
         sys.exit(str(exc))
     if not rows:
