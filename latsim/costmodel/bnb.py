@@ -15,8 +15,9 @@ On Hopper (:func:`own_kernel_rows`, the rule for compute capability 9.0) the own
 most a few rows of a large layer: the dequantize path wins from 8 to 65 rows by the layer's width
 against the GPU's SM count.  The rules of other architectures are not modelled: there the own
 kernel is assumed at every row count (:func:`own_kernel_rows` gives ``None``), as latsim priced
-every bitsandbytes layer before, and the prediction says it was not measured either way
-(:data:`latsim.costmodel.shard.BNB_UNMEASURED`).
+every bitsandbytes layer before; so is a GPU priced by the roofline alone (the rule applies where
+a kernel profile prices the step: ``latsim.costmodel.profile.tabulate``).  The prediction says it
+was not measured either way (:data:`latsim.costmodel.shard.BNB_UNMEASURED`).
 """
 
 from __future__ import annotations
