@@ -99,12 +99,18 @@ def correct_imported(folder: Path, device: DeviceSpec, seed: int = 0) -> dict[st
                          f"chip ({', '.join(SAME_CHIP)})")
     path = folder / "gemm.parquet"
     table = corrected_gemm(pd.read_parquet(path))
-    ratio = (table["median_s"] / table["source_median_s"])[table["dtype"] == CORRECTED]
-    summary = {"rows": len(ratio), "factor_median": float(ratio.median()),
-               "factor_p10": float(ratio.quantile(0.1)), "factor_p90": float(ratio.quantile(0.9))}
+    record = harness_record(table)
     write_parquet(path, table)
     profile = json.loads((folder / PROFILE).read_text())
-    profile.setdefault("adjustments", {})["gemm_harness"] = {"rule": ADJUSTMENT, **summary}
+    profile.setdefault("adjustments", {})["gemm_harness"] = record
     atomic_write_text(folder / PROFILE, json.dumps(profile, indent=1, default=str) + "\n")
     refit_imported(folder, device, ("gemm",), seed)
-    return summary
+    return {k: v for k, v in record.items() if k != "rule"}
+
+
+def harness_record(table: pd.DataFrame) -> dict[str, Any]:
+    """What ``profile.json`` records of a :func:`corrected_gemm` table: the rule, the corrected
+    rows and their factors' median, p10 and p90."""
+    ratio = (table["median_s"] / table["source_median_s"])[table["dtype"] == CORRECTED]
+    return {"rule": ADJUSTMENT, "rows": len(ratio), "factor_median": float(ratio.median()),
+            "factor_p10": float(ratio.quantile(0.1)), "factor_p90": float(ratio.quantile(0.9))}

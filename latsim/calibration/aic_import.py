@@ -20,9 +20,9 @@ What the source never has, and how it is priced (each marked in ``profile.json``
   time).  Other decode kernels (FA2, FlashInfer) get none: the model prices their batches at the
   mean context and says so (``not_measured``).
 
-For a GPU of the H200's chip (the H100 SXM) the bf16 GEMM rows are then corrected by the source
-harness's bias measured on the H200, where latsim has both its own rows and the source's
-(:mod:`latsim.calibration.aic_bias`), and the GEMM regressor re-fitted.
+For a GPU of the H200's chip (the H100 SXM) the bf16 GEMM rows are corrected, before the fit, by the
+source harness's bias measured on the H200, where latsim has both its own rows and the source's
+(:mod:`latsim.calibration.aic_bias`).
 
 The source's attention times include the KV-cache write, which latsim prices as its own op:
 :func:`latsim.calibration.aic_adjust.less_kv_write` takes it out (``adjustments`` in
@@ -42,7 +42,7 @@ import pandas as pd
 from latsim.atomic import atomic_write, atomic_write_text
 from latsim.calibration import aic_convert as conv
 from latsim.calibration.aic_adjust import faster_than_roofline, less_kv_write
-from latsim.calibration.aic_bias import SAME_CHIP, correct_imported
+from latsim.calibration.aic_bias import SAME_CHIP, corrected_gemm, harness_record
 from latsim.calibration.aic_source import SourceDB, load_source, provenance
 from latsim.calibration.fit import fit_family, fit_frames, fit_profile, model_path, without_floor
 from latsim.catalog.devices import DeviceSpec
@@ -181,6 +181,9 @@ def import_profile(
     profile = _profile(db, device, tables, chosen)
     profile["adjustments"] = {"attention": ADJUSTMENT, "faster_than_roofline_dropped": dropped,
                               "faster_than_roofline": DROPPED}
+    if device.name in SAME_CHIP:
+        tables["gemm"] = corrected_gemm(tables["gemm"])
+        profile["adjustments"]["gemm_harness"] = harness_record(tables["gemm"])
     out = Path(out) if out is not None else shipped_profile_dir(device.name)
     out.mkdir(parents=True, exist_ok=True)
     profile["not_measured"]["decode_spread"] = transfer_spread(out, profile)
@@ -198,9 +201,6 @@ def import_profile(
         "memory_xgb_params": MEMORY_XGB,
     }
     atomic_write_text(out / "fit_report.json", json.dumps(report, indent=1) + "\n")
-    if device.name in SAME_CHIP:
-        correct_imported(out, device, seed)
-        report = json.loads((out / "fit_report.json").read_text())
     return report
 
 
