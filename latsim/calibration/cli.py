@@ -13,26 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from latsim.catalog.devices import DeviceSpec
-from latsim.costmodel.profile.store import name_matches, read_profile, shipped_profile_dir
+from latsim.catalog.lookup import detect_device, name_matches
+from latsim.costmodel.profile.store import read_profile, shipped_profile_dir
 
 if TYPE_CHECKING:
     from latsim.calibration.runner import RunRequest
 
 NO_GPU = "no CUDA GPU found; use --backend cpu for a test run"
-
-
-def detect_device(gpu_name: str) -> DeviceSpec:
-    """The catalog device whose name (or alias) matches ``gpu_name`` with the most words."""
-    from latsim.catalog import list_devices
-
-    scored = []
-    for d in list_devices():
-        for n in (d.name, *d.aliases):
-            if name_matches(gpu_name, n):
-                scored.append((len(n.replace("-", " ").split()), d))
-    if not scored:
-        raise ValueError(f"GPU {gpu_name!r} matches no catalog device; pass --device NAME (see `latsim devices`)")
-    return max(scored, key=lambda s: s[0])[1]
 
 
 def _gpu_name(backend: str) -> str:

@@ -27,8 +27,8 @@ from latsim.calibration import attention, comm, gemm, memory_ops, moe, overhead
 from latsim.calibration.context import BenchContext, Skip, is_oom, make_context
 from latsim.calibration.device_info import ClockSampler, gpu_identity
 from latsim.calibration.grid import FAMILIES, Point, get_grid, grid_hash, points
+from latsim.catalog.lookup import name_matches
 from latsim.costmodel.profile import tables
-from latsim.costmodel.profile.store import name_matches
 
 FLUSH_EVERY_S = 3.0
 PROFILE = "profile.json"

@@ -4,6 +4,7 @@ from latsim.catalog.devices import DeviceSpec, parse_devices
 from latsim.catalog.hf_config import SUPPORTED_MODEL_TYPES, parse_hf_config
 from latsim.catalog.lookup import (
     UnknownNameError,
+    detect_device,
     list_devices,
     list_models,
     load_device,
@@ -21,6 +22,7 @@ __all__ = [
     "DeviceSpec",
     "ModelSpec",
     "UnknownNameError",
+    "detect_device",
     "kv_bytes_for_context",
     "kv_bytes_per_token",
     "list_devices",

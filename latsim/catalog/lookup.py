@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,33 @@ def load_device(name: str) -> DeviceSpec:
             return spec
     known = [n for spec in _builtin_devices() for n in (spec.name, *spec.aliases)]
     raise UnknownNameError("device", name, _suggest(key, known), "latsim devices")
+
+
+def _tokens(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def name_matches(gpu_name: str, device_name: str, aliases: tuple[str, ...] = ()) -> bool:
+    """True when every word of the catalog ``device_name`` (or of one alias) is in ``gpu_name``.
+
+    ``NVIDIA H200`` matches ``h200``; ``NVIDIA H100 80GB HBM3`` matches ``h100`` and ``h100-sxm``
+    only through an alias the GPU name contains.  The CPU backend's name is ``cpu``.
+    """
+    words = _tokens(gpu_name)
+    return any(_tokens(n) and _tokens(n) <= words for n in (device_name, *aliases))
+
+
+def detect_device(gpu_name: str) -> DeviceSpec:
+    """The catalog device whose name (or alias) matches ``gpu_name`` (as the driver reports it,
+    e.g. ``NVIDIA H100 80GB HBM3``) with the most words; ValueError when none matches."""
+    scored = []
+    for d in _builtin_devices():
+        for n in (d.name, *d.aliases):
+            if name_matches(gpu_name, n):
+                scored.append((len(n.replace("-", " ").split()), d))
+    if not scored:
+        raise ValueError(f"GPU {gpu_name!r} matches no catalog device; pass --device NAME (see `latsim devices`)")
+    return max(scored, key=lambda s: s[0])[1]
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

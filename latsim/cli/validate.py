@@ -74,7 +74,7 @@ def _runs_and_devices(root: Path, device: str) -> list[tuple[Path, str]]:
     another GPU."""
     from latsim.catalog.lookup import load_device
     from latsim.measure.records import read_meta
-    from latsim.validate.compare import find_runs, recorded_device
+    from latsim.validate.compare import find_runs, measured_on, recorded_device
 
     runs = find_runs(root)
     recorded = [(r, recorded_device(read_meta(r))) for r in runs]
@@ -85,12 +85,12 @@ def _runs_and_devices(root: Path, device: str) -> list[tuple[Path, str]]:
                              f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; pass --device NAME")
         return [(r, str(d)) for r, d in recorded]
     name = load_device(device).name
-    other = [(r, d) for r, d in recorded if d not in (None, name)]
+    other = [(r, d) for r, d in recorded if not measured_on(d, name)]
     if other:
         gpus = ", ".join(sorted({str(d) for _, d in other}))
         out.print(f"left out {len(other)} level(s) measured on another GPU ({gpus}); replay them with "
                   f"--device auto")
-    kept = [(r, name) for r, d in recorded if d in (None, name)]
+    kept = [(r, name) for r, d in recorded if measured_on(d, name)]
     if not kept:
         raise ValueError(f"no run below {root} was measured on {name} (they were on {gpus}); use --device auto")
     return kept

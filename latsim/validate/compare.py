@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from latsim.catalog.hf_config import parse_hf_config
-from latsim.catalog.lookup import load_device
+from latsim.catalog.lookup import detect_device, load_device
 from latsim.catalog.quant_resolve import AUTO
 from latsim.costmodel.host import HOST_SPEED_RANGE, check_host_speed
 from latsim.deployment import EXECUTORS, Deployment, EngineConfig
@@ -104,14 +104,18 @@ def find_runs(root: str | Path, device: str | None = None) -> list[Path]:
         raise ValueError(f"{root} holds no measurement (no meta.json at or below it)")
     if device is None:
         return runs
-    return [r for r in runs if recorded_device(read_meta(r)) in (None, device)]
+    return [r for r in runs if measured_on(recorded_device(read_meta(r)), device)]
+
+
+def measured_on(recorded: str | None, device: str) -> bool:
+    """Whether a run that recorded the GPU ``recorded`` (:func:`recorded_device`) counts as measured
+    on ``device``: the same catalog name, or none recorded (the runs from before the GPU was kept)."""
+    return recorded is None or recorded == device
 
 
 def recorded_device(meta: dict) -> str | None:
     """The catalog name of the GPU a run recorded (``engine_config.versions.gpu``, e.g. ``NVIDIA
     H100 80GB HBM3`` -> ``h100``); ``None`` when it recorded none or one the catalog lacks."""
-    from latsim.calibration.cli import detect_device
-
     gpu = ((meta.get("engine_config") or {}).get("versions") or {}).get("gpu")
     if not gpu:
         return None

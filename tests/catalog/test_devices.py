@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
-from latsim.catalog import DeviceSpec, UnknownNameError, list_devices, load_device, parse_devices
+from latsim.catalog import DeviceSpec, UnknownNameError, detect_device, list_devices, load_device, parse_devices
 from latsim.catalog.devices import FLOPS_DTYPES, MEMORY_BASES, REQUIRED_SOURCES
+from latsim.catalog.lookup import name_matches
 
 REQUIRED_DEVICES = {
     "a10", "l4", "l40s", "a100-40gb", "a100", "h100", "h100-pcie", "h200", "b200", "mi300x", "mi325x",
@@ -121,3 +122,24 @@ def test_parse_rejects_duplicate_aliases_and_bad_documents() -> None:
         parse_devices("- just a list")
     with pytest.raises(ValueError, match=r"x\.yaml: invalid YAML at line 1"):
         parse_devices("devices: {a: [", "x.yaml")
+
+
+@pytest.mark.parametrize(("gpu_name", "device"), [
+    ("NVIDIA H200", "h200"),
+    ("NVIDIA H100 80GB HBM3", "h100"),
+    ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("NVIDIA A100-SXM4-80GB", "a100"),
+])
+def test_detect_device_picks_the_catalog_entry_the_driver_name_names(gpu_name: str, device: str) -> None:
+    assert detect_device(gpu_name).name == device
+
+
+def test_detect_device_names_an_unknown_gpu() -> None:
+    with pytest.raises(ValueError, match="'Mystery Accelerator 9000' matches no catalog device"):
+        detect_device("Mystery Accelerator 9000")
+
+
+def test_name_matches_needs_every_word_of_the_catalog_name() -> None:
+    assert name_matches("NVIDIA H200", "h200")
+    assert not name_matches("NVIDIA H100 80GB HBM3", "h100-pcie")
+    assert name_matches("cpu", "cpu")

@@ -11,12 +11,12 @@ was expected and found.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from latsim.catalog.lookup import name_matches
 from latsim.costmodel.profile.tables import read_shard, shard_path
 from latsim.paths import CALIBRATION
 
@@ -89,15 +89,3 @@ def shipped_profiles() -> list[Path]:
     return sorted(found, key=lambda d: (d.name != "h200", d.name))
 
 
-def _tokens(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
-
-
-def name_matches(gpu_name: str, device_name: str, aliases: tuple[str, ...] = ()) -> bool:
-    """True when every word of the catalog ``device_name`` (or of one alias) is in ``gpu_name``.
-
-    ``NVIDIA H200`` matches ``h200``; ``NVIDIA H100 80GB HBM3`` matches ``h100`` and ``h100-sxm``
-    only through an alias the GPU name contains.  The CPU backend's name is ``cpu``.
-    """
-    words = _tokens(gpu_name)
-    return any(_tokens(n) and _tokens(n) <= words for n in (device_name, *aliases))
