@@ -101,6 +101,21 @@ def weight_bytes(model: ModelSpec, weight_dtype: str) -> int:
     return round(unquantized * UNQUANTIZED_BYTES + parts.linear * per_weight)
 
 
+def decode_bytes_read(model: ModelSpec, weight_dtype: str) -> int:
+    """Weight bytes a decode step reads at the least: the linear layers one token activates (at
+    their stored size, as :func:`weight_bytes` sizes them; for an MoE model only the experts a
+    token routes to), the LM head (the embedding matrix when tied), norms, biases and the active
+    router.  Not the input embedding (a step gathers only its tokens' rows) nor a multimodal
+    checkpoint's vision encoder (it runs on images only): a lower bound on the bytes any step
+    that samples a token moves."""
+    parts = param_breakdown(model)
+    unquantized = parts.embedding + parts.lm_head + parts.other
+    linear_bytes = weight_bytes(model, weight_dtype) - unquantized * UNQUANTIZED_BYTES
+    active_linear = linear_bytes * parts.linear_active / parts.linear if parts.linear else 0.0
+    head = parts.lm_head or parts.embedding
+    return round(active_linear + (head + parts.other_active) * UNQUANTIZED_BYTES)
+
+
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str) -> int:
     """KV-cache bytes one token occupies across all layers: ``2 x layers x kv_heads x head_dim x bytes``.
 

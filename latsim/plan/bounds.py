@@ -4,8 +4,11 @@
   of the workload (else the engine rejects it, or the weights do not load at all).
 - **Throughput upper bound** (a roofline): a replica cannot serve requests faster than
   (a) its GPUs' peak FLOP/s allow, at ``2 x active parameters`` FLOPs per prompt and output
-  token, nor (b) its memory bandwidth allows, each decode step reading at least the active
-  weights once and producing at most one token for each of ``B`` sequences, ``B`` the engine's
+  token, less the embedding lookup and with the LM head's only for the tokens sampled (the
+  engine computes logits for a prompt's last token alone), nor (b) its memory bandwidth allows,
+  each decode step reading at least the weights a token activates once
+  (:func:`~latsim.catalog.sizing.decode_bytes_read`: not the input embedding, not a vision
+  encoder) and producing at most one token for each of ``B`` sequences, ``B`` the engine's
   ``max_num_seqs`` capped by how many prompts fit in the KV cache.  Both ignore attention,
   communication and host time, so the true capacity is lower: a deployment whose bound is below
   the offered rate cannot serve it, and pruning it loses nothing.
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from latsim.catalog.sizing import param_counts, weight_bytes
+from latsim.catalog.sizing import decode_bytes_read, param_breakdown
 from latsim.deployment import Deployment, resolve_engine
 from latsim.registry import engine_spec
 
@@ -50,10 +53,12 @@ def capacity_bounds(deployment: Deployment, mean_input: float, mean_output: floa
 def replica_rate_bound(deployment: Deployment, mean_input: float, mean_output: float, kv_tokens: int) -> float:
     """Requests/s one replica cannot exceed (module docstring, bound b and a)."""
     d = deployment
-    total, active = param_counts(d.model)
+    parts = param_breakdown(d.model)
+    body = parts.active - parts.embedding - parts.lm_head
+    head = parts.lm_head or parts.embedding
     peak = max(v for k, v in d.device.peak_flops.items() if k != "fp32") * d.tp
-    compute = peak / (2.0 * active * (mean_input + mean_output))
-    weights_read = weight_bytes(d.model, d.weight_dtype) * active / total
+    compute = peak / (2.0 * body * (mean_input + mean_output) + 2.0 * head * max(mean_output, 1.0))
+    weights_read = decode_bytes_read(d.model, d.weight_dtype)
     seqs = min(resolve_engine(d).max_num_seqs or 1, max(1, kv_tokens // int(mean_input + 1)))
     tokens_per_s = seqs * d.device.hbm_bandwidth * d.tp / weights_read
     return min(compute, tokens_per_s / max(mean_output, 1.0))

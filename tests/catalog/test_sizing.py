@@ -145,3 +145,20 @@ def test_sizing_invariants(spec: ModelSpec) -> None:
     bf16, fp8, int4 = (weight_bytes(spec, d) for d in ("bf16", "fp8", "int4"))
     assert bf16 == 2 * total and bf16 > fp8 > int4
     assert kv_bytes_per_token(spec, "bf16") == 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2
+
+
+def test_decode_bytes_read_leave_out_the_embedding_and_a_vision_encoder() -> None:
+    from latsim.catalog.sizing import decode_bytes_read
+
+    dense = load_model("llama-3.1-8b")
+    parts = param_breakdown(dense)
+    assert decode_bytes_read(dense, "bf16") == weight_bytes(dense, "bf16") - 2 * parts.embedding
+    tied = load_model("llama-3.2-1b")  # the head is the embedding matrix: read once
+    assert decode_bytes_read(tied, "bf16") == weight_bytes(tied, "bf16")
+    moe = load_model("qwen3-30b-a3b")
+    assert decode_bytes_read(moe, "bf16") < 0.2 * weight_bytes(moe, "bf16")
+    quantized = decode_bytes_read(dense, "int4")
+    assert 0.3 * decode_bytes_read(dense, "bf16") < quantized < 0.5 * decode_bytes_read(dense, "bf16")
+    vision = load_model("gemma-3-27b")
+    text = replace(vision, encoder_params=0)
+    assert vision.encoder_params > 0 and decode_bytes_read(vision, "bf16") == decode_bytes_read(text, "bf16")

@@ -140,3 +140,16 @@ def test_h200_candidates_are_also_checked_at_the_live_error_bands_slow_edge(cli)
     h200 = by_device["h200"]
     assert h200["meets"] is True and set(h200["values"]) == {"ttft_p99_ms"}  # no band for ITL p90
     assert by_device["h100"] == {"meets": None, "why": "measured live on h200 only"}
+
+
+def test_rate_bound_ignores_a_vision_encoder_the_text_never_runs() -> None:
+    from dataclasses import replace
+
+    from latsim.plan.bounds import replica_rate_bound
+
+    s = Settings(model="gemma-3-27b", device="h200", qps=1.0, input_len=200, output_len=40, num_requests=10)
+    deployment = replace(build_deployment(s), weight_dtype="int4")
+    text_only = replace(deployment, model=replace(deployment.model, encoder_params=0))
+    assert deployment.model.encoder_params > 0
+    one_sequence = 201  # KV room for one prompt: the bandwidth bound binds
+    assert replica_rate_bound(deployment, 200, 40, one_sequence) == replica_rate_bound(text_only, 200, 40, one_sequence)
