@@ -1,8 +1,9 @@
 """The surrogate and the simulator against the live vLLM runs of ``data/validation``.
 
 Every Poisson level (``f*/``) of every run becomes one configuration row: the model and TP and
-engine limits of its ``meta.json``, the H200, the offered rate, and its workload shape
-(``fixed``: a length with no spread; ``mix``: the lognormal median and sigma).  The surrogate
+engine limits of its ``meta.json``, the GPU it recorded (the H200 for runs that recorded none), the
+offered rate, and its workload shape (``fixed``: a length with no spread; ``mix``: the lognormal
+median and sigma).  The surrogate
 answers from that row; the simulator answers on the synthetic trace the recipe would draw for
 the same row (:func:`latsim.predict.recipe.trace_for`), so both see the same summary of the
 workload.  Measured P50/P99 TTFT and P99 TPOT come from the run's ``summary.json``.
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from latsim.validate.compare import recorded_device
 
 MEASURED = {"ttft_ms_p50": "ttft_p50", "ttft_ms_p99": "ttft_p99", "tpot_ms_p99": "tpot_p99"}
 """Surrogate target -> the measured field of ``summary.json`` it is compared with."""
@@ -55,7 +58,8 @@ def _row(meta: dict, level: dict, run: str) -> dict:
     else:
         lengths = {"input_median": float(shape["in"][0]), "input_sigma": float(shape["in"][1]),
                    "output_median": float(shape["out"][0]), "output_sigma": float(shape["out"][1])}
-    row = {"run": run, "model": meta["model"]["name"], "device": "h200", "tp": int(engine.get("tp", 1)),
+    row = {"run": run, "model": meta["model"]["name"], "device": recorded_device(meta) or "h200",
+           "tp": int(engine.get("tp", 1)),
            "replicas": 1, "weight_dtype": "bf16", "kv_dtype": "bf16", "max_num_seqs": engine["max_num_seqs"],
            "max_num_batched_tokens": engine["max_num_batched_tokens"], "qps": float(meta["trace"]["offered_qps"]),
            **lengths, "prefix_share": 0.0, "num_requests": int(meta["trace"]["num_requests"]), "seed": 0}

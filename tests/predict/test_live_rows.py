@@ -19,3 +19,10 @@ def test_levels_the_grid_cannot_describe_are_left_out() -> None:
     assert starts >= 1 and len(long) == 4 * starts
     assert (long["input_sigma"] > 0).all() and (long["input_median"] == 4096).all()
     assert rows["qps"].gt(0).all() and rows["measured_ttft_ms_p50"].gt(0).all()
+
+
+def test_each_level_is_priced_on_the_gpu_it_recorded() -> None:
+    rows = live_rows(DATA)
+    on_h100 = rows[rows["run"].str.startswith("h100-")]
+    assert len(on_h100) > 0 and (on_h100["device"] == "h100").all()
+    assert (rows[rows["run"].str.startswith("h200")]["device"] == "h200").all()
