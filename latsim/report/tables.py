@@ -79,7 +79,7 @@ def _validated_rows(validated: dict | None) -> list[tuple[str, str]]:
     if not validated:
         return []
     if not validated["available"]:
-        return [("error against the live engine", f"not measured: {validated['why']}")]
+        return [("error against the live engine", f"no band: {validated['why']}")]
     metrics = validated["metrics"]
 
     def band(key: str) -> str:  # the live engine against the prediction: measured / predicted - 1

@@ -118,7 +118,7 @@ MEASURED = {"engine": "vllm", "device": "h200", "cost_model": "calibrated", "tp"
 
 
 @pytest.mark.parametrize(("change", "why"), [
-    ({"engine": "sglang"}, "on vllm only"), ({"device": "h100"}, "on h200 only"),
+    ({"engine": "sglang"}, "on vllm only"), ({"device": "h100"}, "from h200 runs only"),
     ({"cost_model": "roofline"}, "calibrated cost model only"), ({"tp": 2}, "TP=1 only"),
     ({"replicas": 2}, "one engine"), ({"default_scheduling": False}, "default scheduling"),
     ({"saturation": 1.3}, "outside the measured"), ({"saturation": None}, "no load estimate"),
