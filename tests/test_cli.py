@@ -187,7 +187,7 @@ def test_predict_says_how_far_the_live_engine_was_from_such_answers(monkeypatch,
     code, out, _ = run([*argv, "--tp", "2", "--json"], monkeypatch, capsys)
     assert json.loads(out)["validated_error"] == {"available": False, "why": "measured live on one engine at TP=1 only"}
     code, table, _ = run([*argv[:3], "--device", "h100", *argv[5:]], monkeypatch, capsys)
-    assert code == 0 and "no band: band built from h200 runs only" in table
+    assert code == 0 and "no band: built from h200 runs only" in table
 
 
 def test_an_slo_is_also_checked_at_the_live_bands_slow_edge(monkeypatch, capsys):

@@ -212,8 +212,7 @@ def kind_why(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: 
     family = band.engine.split("-")[0]
     checks = (
         (engine == family, f"measured live on {family} only"),
-        (device == band.device, f"band built from {band.device} runs only (other GPUs' live checks: "
-                                "docs/imported-profiles.md)"),
+        (device == band.device, f"built from {band.device} runs only (docs/imported-profiles.md: others)"),
         (cost_model == band.cost_model, f"measured live with the {band.cost_model} cost model only"),
         (tp == band.tp and replicas == 1, f"measured live on one engine at TP={band.tp} only"),
         (default_scheduling, "measured live with the engine's default scheduling and executor only"),
