@@ -49,7 +49,7 @@ import pandas as pd
 from latsim.deployment import resolve_engine
 from latsim.measure.records import load_run
 from latsim.sim.simulate import default_cost_model
-from latsim.validate.compare import compare_run, find_runs, recorded_device, replay_deployment
+from latsim.validate.compare import compare_run, find_runs, recorded_device
 
 PARTS = ("front_end", "queue", "prefill", "output", "ttft")
 
@@ -86,10 +86,8 @@ def level_rows(run_dir: Path, host_speed: float | str) -> list[dict[str, object]
     measured = measured_parts(m.requests)
     if measured.empty:
         return []
-    device = recorded_device(m.meta) or "h200"
-    cmp = compare_run(run_dir, device, host_speed=host_speed)
-    deployment = replay_deployment(m.meta, device, host_speed)
-    frontend = default_cost_model(deployment, resolve_engine(deployment)).frontend_s
+    cmp = compare_run(run_dir, recorded_device(m.meta) or "h200", host_speed=host_speed)
+    frontend = default_cost_model(cmp.deployment, resolve_engine(cmp.deployment)).frontend_s
     sides = {"measured": measured, "simulated": simulated_parts(cmp.predicted_records, frontend)}
     rows = []
     for side, parts in sides.items():

@@ -59,6 +59,11 @@ class ParamBreakdown:
     def active(self) -> int:
         return self.embedding + self.lm_head + self.linear_active + self.other_active
 
+    @property
+    def head(self) -> int:
+        """The LM head's parameters: the embedding matrix's when the two are tied."""
+        return self.lm_head or self.embedding
+
 
 def param_breakdown(model: ModelSpec) -> ParamBreakdown:
     """Count the parameters of ``model`` by kind (see the module docstring for the rules)."""
@@ -112,8 +117,7 @@ def decode_bytes_read(model: ModelSpec, weight_dtype: str) -> int:
     unquantized = parts.embedding + parts.lm_head + parts.other
     linear_bytes = weight_bytes(model, weight_dtype) - unquantized * UNQUANTIZED_BYTES
     active_linear = linear_bytes * parts.linear_active / parts.linear if parts.linear else 0.0
-    head = parts.lm_head or parts.embedding
-    return round(active_linear + (head + parts.other_active) * UNQUANTIZED_BYTES)
+    return round(active_linear + (parts.head + parts.other_active) * UNQUANTIZED_BYTES)
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str) -> int:

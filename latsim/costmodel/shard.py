@@ -97,7 +97,7 @@ W4A16_METHODS = ("gptq", "awq", "compressed-tensors")
 BNB_UNMEASURED = ("bitsandbytes 4-bit weights are priced from bitsandbytes 0.50's dispatch as read from its source "
                   "(its own kernel for a few rows, then on Hopper the weights dequantized to bf16 and a bf16 GEMM; "
                   "other GPUs: its own kernel at every row count), and no live run measured them")
-"""Why a bitsandbytes 4-bit prediction carries no validated band, and what it likely misses."""
+"""Why a bitsandbytes 4-bit prediction carries no validated band, and how it is priced."""
 
 
 def runs_bitsandbytes(model: ModelSpec, weight_dtype: str) -> bool:

@@ -55,9 +55,8 @@ def replica_rate_bound(deployment: Deployment, mean_input: float, mean_output: f
     d = deployment
     parts = param_breakdown(d.model)
     body = parts.active - parts.embedding - parts.lm_head
-    head = parts.lm_head or parts.embedding
     peak = max(v for k, v in d.device.peak_flops.items() if k != "fp32") * d.tp
-    compute = peak / (2.0 * body * (mean_input + mean_output) + 2.0 * head * max(mean_output, 1.0))
+    compute = peak / (2.0 * body * (mean_input + mean_output) + 2.0 * parts.head * max(mean_output, 1.0))
     weights_read = decode_bytes_read(d.model, d.weight_dtype)
     seqs = min(resolve_engine(d).max_num_seqs or 1, max(1, kv_tokens // int(mean_input + 1)))
     tokens_per_s = seqs * d.device.hbm_bandwidth * d.tp / weights_read
