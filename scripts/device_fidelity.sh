@@ -24,6 +24,7 @@
 #                                                # engine-core process, in a worker, in the engine core again
 #                                                # (NAME-uni, NAME-mp, NAME-uni2), one $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh serve NAME ARGS...  # scripts/device_serve_probe.py ARGS into $OUT/NAME.tar.gz
+#   bash scripts/device_fidelity.sh memory ARGS...      # scripts/device_memory_probe.py ARGS: engine starts' memory
 #
 # Everything lands in $OUT (at most 8 files come back): calibration tarballs and summaries,
 # quant_kernels.json, <NAME>.tar.gz of the measured run tree, and a log per step.
@@ -127,6 +128,13 @@ live() {
   python3 scripts/device_measure.py --out "/tmp/m/$name" "$@"
   tar -C /tmp/m -czf "$OUT/$name.tar.gz" "$name"
   ls -la "$OUT"
+}
+
+memory() {
+  unpack || return 1
+  nvidia-smi --query-gpu=name,memory.total --format=csv
+  python3 scripts/device_memory_probe.py --out "$OUT/memory" "$@"
+  ls -la "$OUT/memory"
 }
 
 serve() {

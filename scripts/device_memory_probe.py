@@ -1,0 +1,105 @@
+"""Start vLLM engines that differ in one memory knob and log what each leaves for the KV cache.
+
+Each start is vLLM's offline ``LLM`` class on a copy of a catalog config with dummy weights; one
+start per ``--start vocab=V,tokens=T,seqs=S`` (vocabulary size, ``max_num_batched_tokens``,
+``max_num_seqs``).  The engine's log goes to ``OUT/mem-vV-tT-sS.log.gz`` and one JSON line per
+start to ``OUT/memory.jsonl`` (weights, KV cache and captured-graph GiB as the engine logged
+them, the GPU's total memory), so that ``data/memory/README.md``'s table can be rebuilt from the
+logs alone.  Runs on the device machine with vLLM importable (``scripts/device_fidelity.sh
+memory``)::
+
+    python3 scripts/device_memory_probe.py --config latsim/data/catalog/models/llama-3.2-1b.json \
+        --out "$OUT" --start vocab=32768,tokens=4096,seqs=1024 --start vocab=262144,tokens=4096,seqs=1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+START_KEYS = ("vocab", "tokens", "seqs")
+LOG_PATTERNS = {
+    "weights_gib": re.compile(r"Model loading took ([\d.]+) GiB"),
+    "kv_cache_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
+    "graphs_gib": re.compile(r"Graph capturing finished in .*? took ([\d.]+) GiB"),
+    "kv_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
+}
+ENGINE = (
+    "import sys; from vllm import LLM; "
+    "LLM(model=sys.argv[1], load_format='dummy', skip_tokenizer_init=True, "
+    "max_model_len=int(sys.argv[2]), gpu_memory_utilization=float(sys.argv[3]), "
+    "max_num_batched_tokens=int(sys.argv[4]), max_num_seqs=int(sys.argv[5]))"
+)
+
+
+def parse_start(text: str) -> dict[str, int]:
+    """``vocab=V,tokens=T,seqs=S`` -> {"vocab": V, "tokens": T, "seqs": S}; all three required."""
+    fields = dict(part.split("=", 1) for part in text.split(","))
+    if sorted(fields) != sorted(START_KEYS):
+        raise SystemExit(f"--start {text!r}: give exactly {', '.join(k + '=N' for k in START_KEYS)}")
+    return {key: int(fields[key]) for key in START_KEYS}
+
+
+def read_log(text: str) -> dict[str, float]:
+    """The memory figures an engine start logged (absent ones are left out)."""
+    found: dict[str, float] = {}
+    for key, pattern in LOG_PATTERNS.items():
+        match = pattern.search(text)
+        if match:
+            found[key] = float(match.group(1).replace(",", ""))
+    return found
+
+
+def gpu_total_gib() -> float:
+    """The first GPU's total memory in GiB (nvidia-smi reports MiB)."""
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    return float(out.split()[0]) / 1024
+
+
+def run_start(base: dict, start: dict[str, int], args: argparse.Namespace) -> dict:
+    """Start one engine on ``base`` with the start's vocabulary; return its logged figures."""
+    name = f"mem-v{start['vocab']}-t{start['tokens']}-s{start['seqs']}"
+    model_dir = Path("/tmp/memcfg") / name
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.json").write_text(json.dumps({**base, "vocab_size": start["vocab"]}))
+    proc = subprocess.run(
+        [sys.executable, "-c", ENGINE, str(model_dir), str(args.max_model_len),
+         str(args.gpu_memory_utilization), str(start["tokens"]), str(start["seqs"])],
+        capture_output=True, text=True,
+    )
+    log = proc.stdout + proc.stderr
+    with gzip.open(args.out / f"{name}.log.gz", "wt") as fh:
+        fh.write(log)
+    return {"name": name, **start, "returncode": proc.returncode, **read_log(log)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--start", action="append", required=True)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.92)
+    args = parser.parse_args()
+    starts = [parse_start(text) for text in args.start]
+    base = json.loads(args.config.read_text())
+    args.out.mkdir(parents=True, exist_ok=True)
+    total = gpu_total_gib()
+    for start in starts:
+        row = {**run_start(base, start, args), "gpu_total_gib": round(total, 3),
+               "gpu_memory_utilization": args.gpu_memory_utilization}
+        print(json.dumps(row), flush=True)
+        with open(args.out / "memory.jsonl", "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
