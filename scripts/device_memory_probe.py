@@ -10,6 +10,10 @@ memory``)::
 
     python3 scripts/device_memory_probe.py --config latsim/data/catalog/models/llama-3.2-1b.json \
         --out "$OUT" --start vocab=32768,tokens=4096,seqs=1024 --start vocab=262144,tokens=4096,seqs=1024
+
+``--summarize LOG...`` (anywhere, no GPU) prints the table of ``data/memory/README.md`` from
+engine logs: each start's weights, KV cache, CUDA-graph estimate and the rest of the budget
+(``gpu_memory_utilization x --total-gib``, torch's view of the GPU's memory, less the three).
 """
 
 from __future__ import annotations
@@ -28,7 +32,13 @@ LOG_PATTERNS = {
     "kv_cache_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
     "graphs_gib": re.compile(r"Graph capturing finished in .*? took ([\d.]+) GiB"),
     "kv_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
+    "tokens": re.compile(r"max_num_batched_tokens=(\d+)"),
+    "seqs": re.compile(r"'max_num_seqs': (\d+)"),
+    "vocab": re.compile(r"model='[^']*?(?:cfg|-v)(\d+)"),
+    "util_without_graphs": re.compile(r"is equivalent to --gpu-memory-utilization=([\d.]+)"),
 }
+DEFAULT_SEQS = 1024
+"""vLLM's offline ``max_num_seqs`` where a log's arguments do not name one."""
 ENGINE = (
     "import sys; from vllm import LLM; "
     "LLM(model=sys.argv[1], load_format='dummy', skip_tokenizer_init=True, "
@@ -53,6 +63,25 @@ def read_log(text: str) -> dict[str, float]:
         if match:
             found[key] = float(match.group(1).replace(",", ""))
     return found
+
+
+def summary_row(name: str, found: dict[str, float], total_gib: float, util: float) -> str:
+    """One table row: the start's knobs, its logged GiB and the budget's remainder ("other")."""
+    graphs = (util - found["util_without_graphs"]) * total_gib if "util_without_graphs" in found else 0.0
+    other = util * total_gib - found["weights_gib"] - found["kv_cache_gib"] - graphs
+    return (f"| {name} | {int(found.get('vocab', 0)):,} | {int(found['tokens']):,} | "
+            f"{int(found.get('seqs', DEFAULT_SEQS)):,} | {found['weights_gib']:.2f} | {found['kv_cache_gib']:.2f} | "
+            f"{graphs:.2f} | {other:.2f} |")
+
+
+def summarize(logs: list[Path], total_gib: float, util: float) -> None:
+    """Print the README's table of the engine starts in ``logs`` (gzip)."""
+    print("| start | vocabulary | batched tokens | sequences | weights | KV cache | graph estimate | other |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for log in logs:
+        with gzip.open(log, "rt", errors="replace") as fh:
+            found = read_log(fh.read())
+        print(summary_row(log.name.removesuffix(".log.gz"), found, total_gib, util))
 
 
 def gpu_total_gib() -> float:
@@ -83,12 +112,20 @@ def run_start(base: dict, start: dict[str, int], args: argparse.Namespace) -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--start", action="append", required=True)
+    parser.add_argument("--config", type=Path)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--start", action="append")
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.92)
+    parser.add_argument("--summarize", type=Path, nargs="+", help="engine logs (gzip) to tabulate instead")
+    parser.add_argument("--total-gib", type=float, default=79.19,
+                        help="torch's total memory of the GPU (H100 SXM 79.19, H200 139.80)")
     args = parser.parse_args()
+    if args.summarize:
+        summarize(args.summarize, args.total_gib, args.gpu_memory_utilization)
+        return
+    if not (args.config and args.out and args.start):
+        parser.error("--config, --out and --start are needed to start engines (or --summarize LOG...)")
     starts = [parse_start(text) for text in args.start]
     base = json.loads(args.config.read_text())
     args.out.mkdir(parents=True, exist_ok=True)
