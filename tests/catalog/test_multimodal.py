@@ -145,7 +145,7 @@ def test_a_replay_reads_language_model_only_from_the_run_s_engine_args() -> None
 
 
 def test_a_deployment_file_and_the_flag_set_language_model_only(tmp_path: Path, monkeypatch, capsys) -> None:
-    args = ["predict", "--model", "gemma-3-27b", "--device", "h100", "--gpu-memory-utilization", "0.69",
+    args = ["predict", "--model", "gemma-3-27b", "--device", "h100", "--gpu-memory-utilization", "0.70",
             "--max-model-len", "4096", "--qps", "1", "--num-requests", "20", "--replications", "1", "--json"]
     code, _, err = run(args, monkeypatch, capsys)
     assert code == 2 and "--language-model-only" in err
@@ -153,6 +153,6 @@ def test_a_deployment_file_and_the_flag_set_language_model_only(tmp_path: Path, 
     assert code == 0 and json.loads(out)["kv_capacity_tokens"] > 0
     file = tmp_path / "d.yaml"
     file.write_text("model: gemma-3-27b\ndevice: h100\nengine: {language_model_only: true, max_model_len: 4096, "
-                    "gpu_memory_utilization: 0.69}\nworkload: {qps: 1, num_requests: 20}\n")
+                    "gpu_memory_utilization: 0.70}\nworkload: {qps: 1, num_requests: 20}\n")
     code, out, _ = run(["predict", "--config", str(file), "--replications", "1", "--json"], monkeypatch, capsys)
     assert code == 0 and json.loads(out)["kv_capacity_tokens"] > 0

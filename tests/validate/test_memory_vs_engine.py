@@ -15,9 +15,13 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "validation"
 RUNS = {"llama-3.1-8b": "h200/llama-3.1-8b-mix/f0.25", "llama-2-7b": "h200/llama-2-7b-mix/f0.25",
         "llama-1b": "h200/llama-3.2-1b-mix/f0.25", "qwen3-30b-a3b": "h200/qwen3-30b-a3b-mix/f0.25",
         "llama-3.1-8b-tp2": "h200-tp2/llama-3.1-8b-mix/f0.25"}
-# Dense models at TP=1 were used to fit data/engines/vllm/memory.yaml; the MoE model and TP=2 are held out.
-TOLERANCE = {"llama-3.1-8b": 0.005, "llama-2-7b": 0.005, "llama-1b": 0.005, "qwen3-30b-a3b": 0.05,
-             "llama-3.1-8b-tp2": 0.02}
+# Dense models at TP=1 fit data/engines/vllm/memory.yaml (scripts/fit_memory.py); the MoE model and TP=2
+# are not fitted (the MoE runs on vLLM's older model runner, whose memory the plan misses by 1.8 GiB).
+TOLERANCE = {"llama-3.1-8b": 0.002, "llama-2-7b": 0.002, "llama-1b": 0.002, "qwen3-30b-a3b": 0.03,
+             "llama-3.1-8b-tp2": 0.005}
+HELD_OUT_H100 = {"h100-s38/llama-3.1-8b-mix/f0.25": 0.002, "h100-s38/phi-3-mini-mix/f0.25": 0.002,
+                 "h100-s39/qwen2.5-7b-mix/f0.25": 0.002, "h100-s39/llama-3.2-1b-mix/f0.25": 0.002,
+                 "h100-s37/gemma-3-27b-mix/f0.25": 0.03}
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
@@ -28,6 +32,18 @@ def test_kv_capacity_matches_the_engine_log(name):
     measured = meta["engine_config"]["kv_capacity_tokens"]
     predicted = plan_memory(deployment).kv_capacity_tokens
     assert abs(predicted - measured) / measured < TOLERANCE[name]
+
+
+@pytest.mark.parametrize("run", sorted(HELD_OUT_H100))
+def test_kv_capacity_of_engines_the_fit_did_not_see(run):
+    """The H100's live engines were not fitted: the plan gives their blocks within 0.2 %, and
+    Gemma-3-27B's (a 262,208-entry vocabulary: the sampler, not the forward, sets its profiling
+    peak) within 3 %, where a sum of the two terms left it 8.7 % over."""
+    meta = read_meta(DATA / run)
+    deployment = deployment_for(meta, "h100")
+    deployment = replace(deployment, engine=replace(deployment.engine, num_gpu_blocks=None))
+    measured = meta["engine_config"]["num_gpu_blocks"]
+    assert abs(plan_memory(deployment).num_blocks - measured) / measured < HELD_OUT_H100[run]
 
 
 SLIDING_RUNS = ["h200-fidelity/mistral-7b-long/burst", "h200-fidelity/phi-3-mini-fixed-in512-out128/burst"]

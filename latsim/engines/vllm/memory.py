@@ -109,17 +109,37 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, kv_dtype: str, tp: int) -> floa
     return 2.0 * model.num_layers * kv_heads * model.head_dim * DTYPE_BYTES[kv_dtype]
 
 
-def activation_peak_bytes(model: ModelSpec, tp: int, engine: EngineConfig) -> float:
-    """Peak activation memory of the profiling forward pass vLLM runs at start-up."""
-    c = _coefficients()
+def activation_peak_bytes(model: ModelSpec, tp: int, engine: EngineConfig, coefficients: dict | None = None) -> float:
+    """What vLLM's start-up profiling pass adds to the peak besides the weights, per GPU.
+
+    The pass runs a forward over ``max_num_batched_tokens`` tokens, then the sampler over one row
+    of logits per request (``min(tokens, max_num_seqs)`` rows) while the forward's output is
+    still held; the peak is the larger of the two (``data/memory/README.md``), plus a mixture of
+    experts' fused-MoE workspace, held through both.  ``coefficients`` defaults to the fitted
+    ``memory.yaml`` (the fit passes candidates)."""
+    c = coefficients or _coefficients()
     tokens = float(engine.max_num_batched_tokens or 0)
-    per_token = (
-        c["activation_hidden_multiple"] * model.hidden_size
-        + c["activation_qkv_multiple"] * (model.q_size + 2 * model.kv_size) / tp
-        + c["activation_mlp_multiple"] * _mlp_width(model) / tp
-    ) * c["activation_bytes_per_element"]
-    sampler = float(engine.max_num_seqs or 0) * model.vocab_size * c["sampler_bytes_per_logit"] / tp
-    return (tokens * per_token + sampler) * c["profile_scale"]
+    rows = min(tokens, float(engine.max_num_seqs or 0))
+    element = c["activation_bytes_per_element"]
+    forward = tokens * element * (
+        c["forward_mlp_multiple"] * _mlp_width(model) / tp
+        + c["forward_qkv_multiple"] * (model.q_size + 2 * model.kv_size) / tp
+        + c["forward_hidden_multiple"] * model.hidden_size
+    )
+    per_entry = rows * c["sampler_bytes_per_logit"] + model.hidden_size * c["sampler_bytes_per_head_element"]
+    head = model.vocab_size * per_entry
+    sampler = tokens * model.hidden_size * element + head / tp
+    return max(forward, sampler) + moe_workspace_bytes(model, tp, tokens, c)
+
+
+def moe_workspace_bytes(model: ModelSpec, tp: int, tokens: float, c: dict) -> float:
+    """The fused-MoE kernels' intermediate caches over ``tokens``: each routed copy of a token
+    holds the gate/up output, the activated product and the down output (``(hidden + 3 x moe
+    intermediate / tp)`` elements); 0 for a dense model."""
+    if not model.is_moe:
+        return 0.0
+    width = model.hidden_size + c["moe_workspace_intermediate_multiple"] * model.moe_intermediate_size / tp
+    return tokens * model.experts_per_token * width * c["activation_bytes_per_element"]
 
 
 def _mlp_width(model: ModelSpec) -> int:
@@ -152,15 +172,14 @@ def _plan(deployment: Deployment, advise: bool, engine: EngineConfig | None = No
     model, tp, c = deployment.model, deployment.tp, _coefficients()
     device_bytes = deployment.device.memory_bytes
     budget = engine.gpu_memory_utilization * device_bytes
-    loaded = replace(model, encoder_params=0) if engine.language_model_only else model
-    weights = weight_bytes(loaded, deployment.weight_dtype) / tp
+    weights = weights_per_gpu(deployment, engine)
     activations = activation_peak_bytes(model, tp, engine)
     non_torch = c["non_torch_bytes"] + (c["non_torch_bytes_per_extra_gpu"] if tp > 1 else 0.0)
     graphs = c["cuda_graph_bytes"]
     kv = budget - weights - activations - non_torch - graphs
     per_token = kv_bytes_per_token_per_gpu(model, deployment.kv_dtype, tp)
     bs, groups = engine.block_size, kv_groups(model)
-    block_bytes = per_token / model.num_layers * groups.layers * bs
+    block_bytes = pool_block_bytes(deployment, engine)
     num_blocks = int(kv // block_bytes) if kv > 0 else 0
     if engine.num_gpu_blocks is not None:
         num_blocks = engine.num_gpu_blocks
@@ -173,6 +192,20 @@ def _plan(deployment: Deployment, advise: bool, engine: EngineConfig | None = No
     max_len = _max_model_len(deployment, engine, pages, num_blocks * groups.layers, page_bytes, advise)
     return MemoryPlan(device_bytes, budget, weights, activations, non_torch, graphs, kv, per_token,
                       num_blocks, bs, max_len, groups, tokens)
+
+
+def weights_per_gpu(deployment: Deployment, engine: EngineConfig) -> float:
+    """The weight bytes one GPU loads (a multimodal model's encoders not, under ``--language-model-only``)."""
+    model = deployment.model
+    loaded = replace(model, encoder_params=0) if engine.language_model_only else model
+    return weight_bytes(loaded, deployment.weight_dtype) / deployment.tp
+
+
+def pool_block_bytes(deployment: Deployment, engine: EngineConfig) -> float:
+    """One pool block's bytes per GPU: ``block_size`` tokens of every layer of one KV-cache group."""
+    model = deployment.model
+    per_token = kv_bytes_per_token_per_gpu(model, deployment.kv_dtype, deployment.tp)
+    return per_token / model.num_layers * kv_groups(model).layers * engine.block_size
 
 
 def _request_pages(model: ModelSpec, groups: KvGroups, tokens: int, block_size: int) -> Callable[[int], int]:
