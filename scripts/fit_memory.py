@@ -3,9 +3,10 @@
 What vLLM 0.25.1 leaves out of the KV cache besides the weights ("other": the budget less the
 plan's weights less the KV cache the engine logged) is fitted as
 
-    non_torch_bytes + max(forward, sampler) + fused-MoE workspace
+    non_torch_bytes + max(forward, sampler) + fused-MoE workspace + graph estimate
 
-(:func:`latsim.engines.vllm.memory.activation_peak_bytes`), on two kinds of starts:
+(:func:`latsim.engines.vllm.memory.activation_peak_bytes`, :func:`~latsim.engines.vllm.memory.graph_estimate_bytes`),
+on two kinds of starts:
 
 - every live run's engine (``data/validation``, ``data/host``, ``data/serve``: ``meta.json``'s
   ``num_gpu_blocks``), one row per distinct engine;
@@ -14,12 +15,13 @@ plan's weights less the KV cache the engine logged) is fitted as
 
 Fitted: ``non_torch_bytes``, ``forward_hidden_multiple``, ``sampler_bytes_per_logit`` and
 ``sampler_bytes_per_head_element``, on dense bf16 engines at tensor parallelism 1 measured on
-the H200 and the probes.  Stated, not fitted: the forward's MLP (3: gate/up output and the
-activated product) and QKV (1) multiples, which the probes' slopes over the token budget give
-on two widths, and the MoE workspace's.  Held out and reported: the H100's live engines;
-reported but not fitted: quantized weights (the plan's weights differ from the loaded ones by
-up to 1.4 GiB), tensor parallelism, mixtures of experts (vLLM runs them on its older model
-runner, whose memory differs: ``data/memory/README.md``).
+the H200 and the probes; then, with those fixed, ``v1_sampler_bytes_per_logit`` on the starts of
+mixtures of experts that vLLM runs on its V1 model runner, whose ``v1_cuda_graph_estimate_bytes``
+is the median estimate those engines logged (``data/memory/README.md``).  Stated, not fitted:
+the forward's MLP (3: gate/up output and the activated product) and QKV (1) multiples, which the
+probes' slopes over the token budget give on two widths, and the MoE workspace's.  Held out and
+reported: the H100's live engines; reported but not fitted: quantized weights (the plan's weights
+differ from the loaded ones by up to 1.4 GiB) and tensor parallelism.
 
     python scripts/fit_memory.py            # print the fit and every start's residual
     python scripts/fit_memory.py --write    # and write memory.yaml (atomically)
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import re
 import sys
 from dataclasses import dataclass, replace
 from datetime import date
@@ -45,7 +48,13 @@ from device_memory_probe import read_log  # type: ignore[import-not-found]  # sc
 from latsim.atomic import atomic_write_text
 from latsim.catalog.lookup import load_device, load_model
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
-from latsim.engines.vllm.memory import activation_peak_bytes, pool_block_bytes, weights_per_gpu
+from latsim.engines.vllm.memory import (
+    activation_peak_bytes,
+    graph_estimate_bytes,
+    pool_block_bytes,
+    runs_on_v1_runner,
+    weights_per_gpu,
+)
 from latsim.measure.records import read_meta
 from latsim.paths import engine_data
 from latsim.validate.compare import deployment_for
@@ -56,9 +65,13 @@ LIVE_DIRS = ("data/validation", "data/host", "data/serve")
 PROBE_GPU = "h100"
 """Every probe in ``data/memory`` ran on the lent H100 SXM (its README)."""
 PROBE_MAX_MODEL_LEN = 4096
+PROBE_NAME = re.compile(r"^(.+)-v\d+-t\d+-s\d+\.log\.gz$")
+"""A probe log's name: the catalog model, then the start's vocabulary, tokens and sequences."""
 FITTED = ("non_torch_bytes", "forward_hidden_multiple", "sampler_bytes_per_logit", "sampler_bytes_per_head_element")
 START = {"non_torch_bytes": 3e8, "forward_hidden_multiple": 1.5, "sampler_bytes_per_logit": 3.0,
          "sampler_bytes_per_head_element": 1.5}
+V1_FITTED = ("v1_sampler_bytes_per_logit",)
+V1_START = {"v1_sampler_bytes_per_logit": 12.0, "v1_cuda_graph_estimate_bytes": 0.0}
 STATED = {
     "activation_bytes_per_element": 2,
     "forward_mlp_multiple": 3,
@@ -77,6 +90,8 @@ class Start:
     deployment: Deployment
     other_bytes: float
     kv_bytes: float
+    graph_estimate_bytes: float | None = None
+    """The CUDA-graph estimate the engine logged (V1-runner probes only; None where not read)."""
 
     @property
     def role(self) -> str:
@@ -84,8 +99,8 @@ class Start:
         d = self.deployment
         if d.weight_dtype != "bf16":
             return "quantized"
-        if d.model.is_moe:
-            return "MoE"
+        if runs_on_v1_runner(d.model):
+            return "MoE, V1 runner"
         if d.tp > 1:
             return "tp"
         if d.device.name == "h100" and not self.source.startswith("data/memory"):
@@ -128,14 +143,18 @@ def probe_starts() -> list[Start]:
     for log in sorted((ROOT / "data" / "memory").glob("*/*.log.gz")):
         with gzip.open(log, "rt", errors="replace") as fh:
             found = read_log(fh.read())
-        name = log.name.split("-v")[0] if "-v" in log.name else "llama-3.2-1b"
+        named = PROBE_NAME.match(log.name)
+        name = named.group(1) if named else "llama-3.2-1b"
         model = replace(load_model(name), vocab_size=int(found["vocab"]))
         engine = EngineConfig(max_num_seqs=int(found.get("seqs", 1024)), max_num_batched_tokens=int(found["tokens"]),
                               max_model_len=PROBE_MAX_MODEL_LEN, gpu_memory_utilization=0.92)
         deployment = Deployment(model=model, device=device, tp=1, engine=engine)
         kv = found["kv_cache_gib"] * GIB
         other = _budget(deployment, engine) - weights_per_gpu(deployment, engine) - kv
-        starts.append(Start(str(log.relative_to(ROOT)), deployment, other, kv))
+        graphs = None
+        if "util_without_graphs" in found:
+            graphs = (engine.gpu_memory_utilization - found["util_without_graphs"]) * device.memory_bytes
+        starts.append(Start(str(log.relative_to(ROOT)), deployment, other, kv, graphs))
     return starts
 
 
@@ -144,20 +163,28 @@ def predicted_other(start: Start, coefficients: dict) -> float:
     d = start.deployment
     extra = coefficients["non_torch_bytes_per_extra_gpu"] if d.tp > 1 else 0.0
     peak = activation_peak_bytes(d.model, d.tp, resolve_engine(d), coefficients)
-    return coefficients["non_torch_bytes"] + extra + peak
+    return coefficients["non_torch_bytes"] + extra + peak + graph_estimate_bytes(d.model, coefficients)
 
 
 def fit(starts: list[Start]) -> dict:
-    """Least squares (GiB) of the fitted coefficients over the ``fit`` starts."""
-    rows = [s for s in starts if s.role == "fit"]
+    """Least squares (GiB) of the dense coefficients over the ``fit`` starts, then the V1 runner's:
+    its graph estimate is the median the engines logged, its sampler's bytes a logit fitted on its
+    starts with the rest fixed."""
+    dense = _least_squares([s for s in starts if s.role == "fit"], STATED | V1_START, FITTED, START)
+    v1 = [s for s in starts if s.role == "MoE, V1 runner"]
+    logged = [s.graph_estimate_bytes for s in v1 if s.graph_estimate_bytes is not None]
+    graphs = {"v1_cuda_graph_estimate_bytes": round(float(np.median(logged)), -6)}
+    return _least_squares(v1, {**dense, **graphs}, V1_FITTED, V1_START)
 
+
+def _least_squares(rows: list[Start], fixed: dict, names: tuple[str, ...], start: dict) -> dict:
     def residuals(x: np.ndarray) -> list[float]:
-        c = {**STATED, **dict(zip(FITTED, x, strict=True))}
+        c = {**fixed, **dict(zip(names, x, strict=True))}
         return [(predicted_other(s, c) - s.other_bytes) / GIB for s in rows]
 
-    result = least_squares(residuals, x0=[START[k] for k in FITTED])
-    fitted = {k: round(float(v), 4 if k != "non_torch_bytes" else -6) for k, v in zip(FITTED, result.x, strict=True)}
-    return {**STATED, **fitted}
+    result = least_squares(residuals, x0=[start[k] for k in names])
+    fitted = {k: round(float(v), 4 if k != "non_torch_bytes" else -6) for k, v in zip(names, result.x, strict=True)}
+    return {**fixed, **fitted}
 
 
 def report(starts: list[Start], coefficients: dict) -> list[dict]:
@@ -173,13 +200,14 @@ def report(starts: list[Start], coefficients: dict) -> list[dict]:
 
 
 def write(coefficients: dict, rows: list[dict]) -> None:
-    fitted = [r for r in rows if r["role"] == "fit"]
+    fitted = [r for r in rows if r["role"] in ("fit", "MoE, V1 runner")]
     rms = float(np.sqrt(np.mean([(r["predicted_gib"] - r["measured_gib"]) ** 2 for r in fitted])))
     document = {
         "provenance": {
-            "method": (f"scripts/fit_memory.py: least squares over {len(fitted)} engine starts (dense bf16, "
-                       f"tensor parallelism 1; H200 live engines and the H100 memory probes), rms "
-                       f"{rms:.3f} GiB; the other rows are reported, not fitted"),
+            "method": (f"scripts/fit_memory.py: least squares over {len(fitted)} engine starts (dense bf16 at "
+                       f"tensor parallelism 1: the H200's live engines and the H100's memory probes; then "
+                       f"the V1 runner's sampler on Qwen3-30B-A3B's three), rms {rms:.3f} GiB; the other "
+                       f"rows (held out, quantized, tp) are reported, not fitted"),
             "date": date.today().isoformat(),
             "starts": rows,
         },
@@ -198,9 +226,9 @@ def main() -> None:
     starts = live_starts() + probe_starts()
     coefficients = fit(starts)
     rows = report(starts, coefficients)
-    print({k: coefficients[k] for k in FITTED})
+    print({k: coefficients[k] for k in (*FITTED, *V1_FITTED, "v1_cuda_graph_estimate_bytes")})
     for r in rows:
-        print(f"{r['role']:9s} {r['gpu']:5s} {r['model']:18s} other {r['measured_gib']:6.3f} -> "
+        print(f"{r['role']:14s} {r['gpu']:5s} {r['model']:18s} other {r['measured_gib']:6.3f} -> "
               f"{r['predicted_gib']:6.3f} GiB  KV {r['kv_capacity_error_pct']:+6.2f} %  {r['source']}")
     if args.write:
         write(coefficients, rows)

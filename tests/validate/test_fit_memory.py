@@ -12,7 +12,7 @@ import yaml
 
 from latsim.catalog.lookup import load_model
 from latsim.deployment import EngineConfig
-from latsim.engines.vllm.memory import activation_peak_bytes
+from latsim.engines.vllm.memory import activation_peak_bytes, runs_on_v1_runner
 from latsim.paths import engine_data
 from tests.script_module import load_script
 
@@ -46,7 +46,7 @@ def test_every_fitted_start_within_a_fifth_of_a_percent_of_its_kv_cache(fit_memo
 
 def test_the_fit_leaves_out_what_it_does_not_model(fit_memory, starts):
     roles = {s.role for s in starts}
-    assert {"fit", "held out", "quantized", "MoE", "tp"} <= roles
+    assert {"fit", "held out", "quantized", "MoE, V1 runner", "tp"} <= roles
     assert all(s.deployment.device.name == "h100" for s in starts if s.role == "held out")
 
 
@@ -71,3 +71,16 @@ def test_the_profiling_peak_is_the_larger_of_forward_and_sampler():
 def test_a_mixture_of_experts_holds_its_workspace_besides_the_peak():
     dense = _peak("qwen3-30b-a3b", 151_936, 16384) - _peak("qwen3-30b-a3b", 151_936, 4096)
     assert dense * GIB / 12288 == pytest.approx(8 * (2048 + 3 * 768) * 2, rel=0.35)
+
+
+def test_vllm_runs_most_mixtures_of_experts_on_its_older_runner():
+    """vLLM 0.25.1 runs dense models and three MoE architectures on its V2 runner, other MoE models
+    on the V1 runner (whose sampler sorts every logit: 14 bytes a logit where V2's takes about 3)."""
+    assert runs_on_v1_runner(load_model("qwen3-30b-a3b")) and runs_on_v1_runner(load_model("mixtral-8x7b"))
+    assert not runs_on_v1_runner(load_model("qwen1.5-moe-a2.7b"))  # Qwen2MoeForCausalLM
+    assert not runs_on_v1_runner(load_model("llama-3.1-8b"))
+    v1 = _peak("qwen3-30b-a3b", 151_936, 4096)
+    as_v2 = activation_peak_bytes(replace(load_model("qwen3-30b-a3b"), num_experts=0, experts_per_token=0,
+                                          moe_intermediate_size=0, num_moe_layers=0, intermediate_size=6144),
+                                  1, EngineConfig(max_num_batched_tokens=4096, max_num_seqs=1024)) / GIB
+    assert v1 > as_v2 + 1.0

@@ -15,9 +15,9 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "validation"
 RUNS = {"llama-3.1-8b": "h200/llama-3.1-8b-mix/f0.25", "llama-2-7b": "h200/llama-2-7b-mix/f0.25",
         "llama-1b": "h200/llama-3.2-1b-mix/f0.25", "qwen3-30b-a3b": "h200/qwen3-30b-a3b-mix/f0.25",
         "llama-3.1-8b-tp2": "h200-tp2/llama-3.1-8b-mix/f0.25"}
-# Dense models at TP=1 fit data/engines/vllm/memory.yaml (scripts/fit_memory.py); the MoE model and TP=2
-# are not fitted (the MoE runs on vLLM's older model runner, whose memory the plan misses by 1.8 GiB).
-TOLERANCE = {"llama-3.1-8b": 0.002, "llama-2-7b": 0.002, "llama-1b": 0.002, "qwen3-30b-a3b": 0.03,
+# Dense models at TP=1 fit data/engines/vllm/memory.yaml (scripts/fit_memory.py), then the MoE's V1-runner
+# sampler on its own three starts; TP=2 is not fitted.
+TOLERANCE = {"llama-3.1-8b": 0.002, "llama-2-7b": 0.002, "llama-1b": 0.002, "qwen3-30b-a3b": 0.005,
              "llama-3.1-8b-tp2": 0.005}
 HELD_OUT_H100 = {"h100-s38/llama-3.1-8b-mix/f0.25": 0.002, "h100-s38/phi-3-mini-mix/f0.25": 0.002,
                  "h100-s39/qwen2.5-7b-mix/f0.25": 0.002, "h100-s39/llama-3.2-1b-mix/f0.25": 0.002,

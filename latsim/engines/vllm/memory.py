@@ -126,10 +126,33 @@ def activation_peak_bytes(model: ModelSpec, tp: int, engine: EngineConfig, coeff
         + c["forward_qkv_multiple"] * (model.q_size + 2 * model.kv_size) / tp
         + c["forward_hidden_multiple"] * model.hidden_size
     )
-    per_entry = rows * c["sampler_bytes_per_logit"] + model.hidden_size * c["sampler_bytes_per_head_element"]
-    head = model.vocab_size * per_entry
-    sampler = tokens * model.hidden_size * element + head / tp
+    if runs_on_v1_runner(model):  # its dummy sampler sorts every logit (top-k and top-p on)
+        per_entry = rows * c["v1_sampler_bytes_per_logit"]
+    else:
+        per_entry = rows * c["sampler_bytes_per_logit"] + model.hidden_size * c["sampler_bytes_per_head_element"]
+    sampler = tokens * model.hidden_size * element + model.vocab_size * per_entry / tp
     return max(forward, sampler) + moe_workspace_bytes(model, tp, tokens, c)
+
+
+V2_RUNNER_MOE_ARCHITECTURES = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"})
+"""The mixtures of experts vLLM 0.25.1 runs on its V2 model runner, as it runs every dense model."""
+
+
+def runs_on_v1_runner(model: ModelSpec) -> bool:
+    """Whether vLLM 0.25.1 runs ``model`` on its older (V1) model runner: a mixture of experts
+    outside :data:`V2_RUNNER_MOE_ARCHITECTURES`.  That runner estimates its CUDA graphs' memory
+    before sizing the KV cache and profiles a sampler that sorts every logit."""
+    if not model.is_moe:
+        return False
+    architectures = dict(model.hf_config).get("architectures")
+    return not (isinstance(architectures, list) and V2_RUNNER_MOE_ARCHITECTURES.intersection(architectures))
+
+
+def graph_estimate_bytes(model: ModelSpec, coefficients: dict | None = None) -> float:
+    """The CUDA-graph memory vLLM sets aside before the KV cache: its V1 runner's estimate (the
+    one model measured's, ``memory.yaml``), else the V2 runner's, which is 0."""
+    c = coefficients or _coefficients()
+    return c["cuda_graph_bytes"] + (c["v1_cuda_graph_estimate_bytes"] if runs_on_v1_runner(model) else 0.0)
 
 
 def moe_workspace_bytes(model: ModelSpec, tp: int, tokens: float, c: dict) -> float:
@@ -175,7 +198,7 @@ def _plan(deployment: Deployment, advise: bool, engine: EngineConfig | None = No
     weights = weights_per_gpu(deployment, engine)
     activations = activation_peak_bytes(model, tp, engine)
     non_torch = c["non_torch_bytes"] + (c["non_torch_bytes_per_extra_gpu"] if tp > 1 else 0.0)
-    graphs = c["cuda_graph_bytes"]
+    graphs = graph_estimate_bytes(model, c)
     kv = budget - weights - activations - non_torch - graphs
     per_token = kv_bytes_per_token_per_gpu(model, deployment.kv_dtype, tp)
     bs, groups = engine.block_size, kv_groups(model)
