@@ -26,10 +26,14 @@
 #   bash scripts/device_fidelity.sh serve NAME ARGS...  # scripts/device_serve_probe.py ARGS into $OUT/NAME.tar.gz
 #   bash scripts/device_fidelity.sh memory ARGS...      # scripts/device_memory_probe.py ARGS: engine starts' memory
 #
+# The calibration steps record their rows for DEVICE (default h200): `DEVICE=h100 bash
+# scripts/device_fidelity.sh grids msteps-high` times the 8B's and 70B's GEMMs just past 512 rows on an H100.
+#
 # Everything lands in $OUT (at most 8 files come back): calibration tarballs and summaries,
 # quant_kernels.json, <NAME>.tar.gz of the measured run tree, and a log per step.
 set -uo pipefail
 : "${OUT:?OUT must name the output folder}"
+DEVICE=${DEVICE:-h200}  # the catalog GPU the calibration grids are planned and recorded for (DEVICE=h100 on an H100)
 export PYTHONPATH=/tmp/site:. VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 
 unpack() {
@@ -45,25 +49,25 @@ unpack() {
 kernels() {
   unpack || return 1
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/shapes" --only shapes --families attention
-  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/gemm" --only full --families gemm
+  python3 -m latsim.calibration.run_device --device "$DEVICE" --out "$OUT/shapes" --only shapes --families attention
+  python3 -m latsim.calibration.run_device --device "$DEVICE" --out "$OUT/gemm" --only full --families gemm
   python3 scripts/device_quant_kernels.py
 }
 
 msteps() {
   unpack || return 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/msteps" --only msteps --families gemm,attention
+  python3 -m latsim.calibration.run_device --device "$DEVICE" --out "$OUT/msteps" --only msteps --families gemm,attention
 }
 
 paged() {
   unpack || return 1
-  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/paged" --only "${1:-paged}" --families attention
+  python3 -m latsim.calibration.run_device --device "$DEVICE" --out "$OUT/paged" --only "${1:-paged}" --families attention
 }
 
 wide() {
   unpack || return 1
-  python3 -m latsim.calibration.run_device --device h200 --out "$OUT/wide" --only wide --families attention
+  python3 -m latsim.calibration.run_device --device "$DEVICE" --out "$OUT/wide" --only wide --families attention
 }
 
 grids() {
@@ -71,7 +75,7 @@ grids() {
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   local g
   for g in "$@"; do
-    python3 -m latsim.calibration.run_device --device h200 --out "$OUT/$g" --only "$g" --families gemm,attention
+    python3 -m latsim.calibration.run_device --device "$DEVICE" --out "$OUT/$g" --only "$g" --families gemm,attention
   done
 }
 
@@ -83,7 +87,7 @@ graph() {
     fams=gemm
     [ "$g" = full ] && fams=gemm,memory,moe
     [ "$g" = moe-steps ] && fams=moe
-    python3 -m latsim.calibration.run_device --device h200 --out "$OUT/$g" --only "$g" --families "$fams" --op-timing graph
+    python3 -m latsim.calibration.run_device --device "$DEVICE" --out "$OUT/$g" --only "$g" --families "$fams" --op-timing graph
   done
 }
 
