@@ -65,9 +65,17 @@ def read_log(text: str) -> dict[str, float]:
     return found
 
 
+def logged_graph_estimate(found: dict[str, float], util: float, total: float) -> float | None:
+    """The CUDA-graph memory the engine set aside before its KV cache, in ``total``'s units (vLLM
+    logs it as the utilisation ``util`` is "equivalent to" without it); None where it logged none."""
+    if "util_without_graphs" not in found:
+        return None
+    return (util - found["util_without_graphs"]) * total
+
+
 def summary_row(name: str, found: dict[str, float], total_gib: float, util: float) -> str:
     """One table row: the start's knobs, its logged GiB and the budget's remainder ("other")."""
-    graphs = (util - found["util_without_graphs"]) * total_gib if "util_without_graphs" in found else 0.0
+    graphs = logged_graph_estimate(found, util, total_gib) or 0.0
     other = util * total_gib - found["weights_gib"] - found["kv_cache_gib"] - graphs
     return (f"| {name} | {int(found.get('vocab', 0)):,} | {int(found['tokens']):,} | "
             f"{int(found.get('seqs', DEFAULT_SEQS)):,} | {found['weights_gib']:.2f} | {found['kv_cache_gib']:.2f} | "

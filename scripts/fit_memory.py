@@ -43,7 +43,7 @@ from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from device_memory_probe import read_log  # type: ignore[import-not-found]  # scripts/
+from device_memory_probe import DEFAULT_SEQS, logged_graph_estimate, read_log  # type: ignore[import-not-found]
 
 from latsim.atomic import atomic_write_text
 from latsim.catalog.lookup import load_device, load_model
@@ -57,7 +57,7 @@ from latsim.engines.vllm.memory import (
 )
 from latsim.measure.records import read_meta
 from latsim.paths import engine_data
-from latsim.validate.compare import deployment_for
+from latsim.validate.compare import deployment_for, recorded_device
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
@@ -117,7 +117,9 @@ def live_starts() -> list[Start]:
             ec = meta.get("engine_config") or {}
             if not ec.get("num_gpu_blocks") or not (meta.get("model") or {}).get("config"):
                 continue
-            device = "h100" if "H100" in (ec.get("versions") or {}).get("gpu", "") else "h200"
+            device = recorded_device(meta)
+            if device is None:  # a copy of a validation engine (data/serve) that did not record its GPU
+                continue
             deployment = deployment_for(meta, device)
             key = (deployment.model.name, device, deployment.tp, deployment.kv_dtype, ec["num_gpu_blocks"])
             if key not in seen:
@@ -146,14 +148,13 @@ def probe_starts() -> list[Start]:
         named = PROBE_NAME.match(log.name)
         name = named.group(1) if named else "llama-3.2-1b"
         model = replace(load_model(name), vocab_size=int(found["vocab"]))
-        engine = EngineConfig(max_num_seqs=int(found.get("seqs", 1024)), max_num_batched_tokens=int(found["tokens"]),
+        engine = EngineConfig(max_num_seqs=int(found.get("seqs", DEFAULT_SEQS)),
+                              max_num_batched_tokens=int(found["tokens"]),
                               max_model_len=PROBE_MAX_MODEL_LEN, gpu_memory_utilization=0.92)
         deployment = Deployment(model=model, device=device, tp=1, engine=engine)
         kv = found["kv_cache_gib"] * GIB
         other = _budget(deployment, engine) - weights_per_gpu(deployment, engine) - kv
-        graphs = None
-        if "util_without_graphs" in found:
-            graphs = (engine.gpu_memory_utilization - found["util_without_graphs"]) * device.memory_bytes
+        graphs = logged_graph_estimate(found, engine.gpu_memory_utilization, device.memory_bytes)
         starts.append(Start(str(log.relative_to(ROOT)), deployment, other, kv, graphs))
     return starts
 
