@@ -21,7 +21,9 @@ is the median estimate those engines logged (``data/memory/README.md``).  Stated
 the forward's MLP (3: gate/up output and the activated product) and QKV (1) multiples, which the
 probes' slopes over the token budget give on two widths, and the MoE workspace's.  Held out and
 reported: the H100's live engines; reported but not fitted: quantized weights (the plan's weights
-differ from the loaded ones by up to 1.4 GiB) and tensor parallelism.
+differ from the loaded ones by up to 1.4 GiB) and tensor parallelism; held out and reported too:
+mixtures of experts on the V1 runner other than those of :data:`V1_FIT_MODELS` (Mixtral-8x7B's
+starts on the H200, which test how the V1 runner's terms carry to another MoE).
 
     python scripts/fit_memory.py            # print the fit and every start's residual
     python scripts/fit_memory.py --write    # and write memory.yaml (atomically)
@@ -63,7 +65,12 @@ ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
 LIVE_DIRS = ("data/validation", "data/host", "data/serve")
 PROBE_GPU = "h100"
-"""Every probe in ``data/memory`` ran on the lent H100 SXM (its README)."""
+"""The GPU of a probe folder in ``data/memory`` whose name does not end in ``-<gpu>`` (those ran on
+the lent H100 SXM; ``s40-mixtral-h200`` on the H200: its README)."""
+HELD_OUT_SOURCES = ("data/validation/h200-s40",)
+"""Live H200 runs that arrived after the fit (the fortieth session's): reported, not fitted."""
+V1_FIT_MODELS = ("qwen3-30b-a3b",)
+"""The V1 runner's terms are fitted on these models' starts; another V1-runner MoE is held out."""
 PROBE_MAX_MODEL_LEN = 4096
 PROBE_NAME = re.compile(r"^(.+)-v\d+-t\d+-s\d+\.log\.gz$")
 """A probe log's name: the catalog model, then the start's vocabulary, tokens and sequences."""
@@ -100,10 +107,12 @@ class Start:
         if d.weight_dtype != "bf16":
             return "quantized"
         if runs_on_v1_runner(d.model):
-            return "MoE, V1 runner"
+            return "MoE, V1 runner" if d.model.name in V1_FIT_MODELS else "held out, V1 runner"
         if d.tp > 1:
             return "tp"
         if d.device.name == "h100" and not self.source.startswith("data/memory"):
+            return "held out"
+        if self.source.startswith(HELD_OUT_SOURCES):
             return "held out"
         return "fit"
 
@@ -141,8 +150,8 @@ def probe_starts() -> list[Start]:
     """The memory probes' engines, from their logs (the model is the file name's prefix; the
     thirty-eighth session's ``vocabV`` files are the Llama-3.2-1B body)."""
     starts = []
-    device = load_device(PROBE_GPU)
     for log in sorted((ROOT / "data" / "memory").glob("*/*.log.gz")):
+        device = load_device(probe_gpu(log.parent.name))
         with gzip.open(log, "rt", errors="replace") as fh:
             found = read_log(fh.read())
         named = PROBE_NAME.match(log.name)
@@ -157,6 +166,12 @@ def probe_starts() -> list[Start]:
         graphs = logged_graph_estimate(found, engine.gpu_memory_utilization, device.memory_bytes)
         starts.append(Start(str(log.relative_to(ROOT)), deployment, other, kv, graphs))
     return starts
+
+
+def probe_gpu(folder: str) -> str:
+    """The catalog GPU a probe folder ran on: its name's ``-<gpu>`` suffix, else :data:`PROBE_GPU`."""
+    suffix = folder.rsplit("-", 1)[-1]
+    return suffix if suffix in ("h100", "h200") else PROBE_GPU
 
 
 def predicted_other(start: Start, coefficients: dict) -> float:

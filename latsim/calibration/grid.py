@@ -264,6 +264,17 @@ def _bf16_above_graphs(grid: GridSpec, name: str, *gemm_m: tuple[int, ...]) -> G
                    comm_world=(), fp8kv_configs=0)
 
 
+LIVE_STEPS = replace(
+    MSTEPS_HIGH, name="live-steps", gemm_fp8_stride=0, gemm_int4_stride=0,
+    gemm_m=tuple(sorted(set(MSTEPS.gemm_m) | set(MSTEPS_HIGH.gemm_m))),
+)
+"""bf16 GEMMs of :data:`LIVE_STEP_SHAPES` at every row count :data:`MSTEPS` and :data:`MSTEPS_HIGH`
+time (96-3,072): the steps of a 512-token prompt beside many decodes run 520-700 rows, where the
+H100's imported profile has one point (513) and its price read 0.163 ms against 0.30 measured on
+the 8B's gate_up (``data/power/README.md``).  Rows up to 512 run in CUDA graphs in vLLM (time them
+with ``device_fidelity.sh graph live-steps``); past it, eagerly (``grids live-steps``)."""
+
+
 HEAVY_GEMM = _bf16_above_graphs(FULL, "heavy-gemm", FULL.gemm_m)
 """The full grid's bf16 GEMMs of steps too large for CUDA graphs, to be timed at the full clock
 (``run_device --heavy-timing cool``) for the power model (``latsim.costmodel.power``): the burst
@@ -275,7 +286,7 @@ HEAVY_GEMM_STEPS = _bf16_above_graphs(MSTEPS_HIGH, "heavy-gemm-steps", MSTEPS.ge
 
 GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, DECODE_TILES, DECODE_BATCHES,
                              DECODE_BATCHES_CHECK, PAGED_PREFILL, MSTEPS_HIGH, MSTEPS_LOW, MOE_STEPS, W4A16,
-                             W4_STEPS, FP8_KV, WINDOW, HEAVY_GEMM, HEAVY_GEMM_STEPS)}
+                             W4_STEPS, LIVE_STEPS, FP8_KV, WINDOW, HEAVY_GEMM, HEAVY_GEMM_STEPS)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
              {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
@@ -307,6 +318,20 @@ MSTEP_SHAPES: dict[str, Any] = {
     "moe": [],
     "attention": [{"hq": hq, "hkv": 8, "d": 128, "tags": ["msteps"]} for hq in (32, 64)],
 }
+
+
+LIVE_STEP_SHAPES: dict[str, Any] = {
+    "gemm": [{"K": k, "N": n, "tags": [tag]} for k, n, tag in (
+        (2048, 3072, "llama-3.2-1b/tp1/qkv"), (2048, 2048, "llama-3.2-1b/tp1/o"),
+        (2048, 16384, "llama-3.2-1b/tp1/gate_up"), (8192, 2048, "llama-3.2-1b/tp1/down"),
+        (3072, 9216, "phi-3-mini/tp1/qkv"), (3072, 3072, "phi-3-mini/tp1/o"),
+        (3072, 16384, "phi-3-mini/tp1/gate_up"), (8192, 3072, "phi-3-mini/tp1/down"),
+        (3584, 4608, "qwen2.5-7b/tp1/qkv"), (3584, 3584, "qwen2.5-7b/tp1/o"),
+        (3584, 37888, "qwen2.5-7b/tp1/gate_up"), (18944, 3584, "qwen2.5-7b/tp1/down"))],
+    "moe": [], "attention": [],
+}
+"""The linear layers of the other dense models validated live (Llama-3.2-1B, Phi-3-mini,
+Qwen2.5-7B), whose shapes :data:`MSTEP_SHAPES` (the 8B and 70B) does not hold."""
 
 
 FP8_KV_SHAPES: dict[str, Any] = {
@@ -449,7 +474,7 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
 
         named = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES, "wide": WIDE_SHAPES, "msteps": MSTEP_SHAPES,
                  "msteps-high": MSTEP_SHAPES, "msteps-low": MSTEP_SHAPES, "w4-steps": MSTEP_SHAPES,
-                 "heavy-gemm-steps": MSTEP_SHAPES, "moe-steps": MOE_STEP_SHAPES,
+                 "heavy-gemm-steps": MSTEP_SHAPES, "moe-steps": MOE_STEP_SHAPES, "live-steps": LIVE_STEP_SHAPES,
                  "fp8-kv": FP8_KV_SHAPES, "window": WINDOW_SHAPES}
         shapes = named.get(grid.name) or load_shapes()
         if grid.name in ("paged", "paged-prefill", "decode-tiles", "decode-batches", "decode-batches-check"):

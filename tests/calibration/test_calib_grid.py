@@ -169,3 +169,17 @@ def test_moe_steps_time_the_two_moe_models_between_the_full_grids_tokens() -> No
     qwen3 = sorted(p.kwargs["tokens"] for p in pts if p.kwargs["experts"] == 128)
     assert {16, 20, 24, 28, 32} <= set(qwen3) and max(qwen3) == 512
     assert set(FULL.moe_tokens) & set(qwen3) == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+
+
+def test_live_steps_time_the_other_live_models_layers_in_bf16_around_the_graph_size() -> None:
+    """Llama-3.2-1B's, Phi-3-mini's and Qwen2.5-7B's four linear layers (none the 8B's or 70B's),
+    bf16 only, at every row the msteps grids time, on both sides of the 512 rows vLLM graphs."""
+    pts = points(get_grid("live-steps"))
+    gemms = [p.kwargs for p in pts]
+    assert {p.family for p in pts} == {"gemm"} and {g["dtype"] for g in gemms} == {"bf16"}
+    shapes = {(g["K"], g["N"]) for g in gemms}
+    assert len(shapes) == 12 and (3072, 9216) in shapes and (3584, 37888) in shapes and (8192, 2048) in shapes
+    assert not shapes & {(p.kwargs["K"], p.kwargs["N"]) for p in points(get_grid("msteps-high"))}
+    rows = {g["M"] for g in gemms}
+    steps = {p.kwargs["M"] for name in ("msteps", "msteps-high") for p in points(get_grid(name)) if p.family == "gemm"}
+    assert rows == steps and min(rows) == 96 and max(rows) == 3072 and {512, 520} <= rows

@@ -166,9 +166,14 @@ def moe_workspace_bytes(model: ModelSpec, tp: int, tokens: float, c: dict) -> fl
 
 
 def _mlp_width(model: ModelSpec) -> int:
-    if model.is_moe:
-        return max(model.intermediate_size, model.moe_intermediate_size * model.experts_per_token)
-    return model.intermediate_size
+    """The widest MLP whose activations the forward allocates layer by layer: a dense model's; in a
+    mixture of experts the dense layers' and the always-on shared expert's, as the routed experts'
+    live in the fused-MoE workspace (:func:`moe_workspace_bytes`; Mixtral-8x7B's probes grow by
+    the workspace's slope alone, ``data/memory/README.md``)."""
+    if not model.is_moe:
+        return model.intermediate_size
+    dense = model.intermediate_size if model.num_dense_layers > 0 else 0
+    return max(dense, model.shared_expert_intermediate_size)
 
 
 def plan_memory(deployment: Deployment, engine: EngineConfig | None = None) -> MemoryPlan:
