@@ -27,7 +27,11 @@
 #   bash scripts/device_fidelity.sh memory ARGS...      # scripts/device_memory_probe.py ARGS: engine starts' memory
 #
 # The calibration steps record their rows for DEVICE (default h200): `DEVICE=h100 bash
-# scripts/device_fidelity.sh grids msteps-high` times the 8B's and 70B's GEMMs just past 512 rows on an H100.
+# scripts/device_fidelity.sh grids msteps-high live-steps` times the 8B's and 70B's GEMMs just past 512 rows,
+# then the 1B's, Phi-3-mini's and Qwen2.5-7B's, on an H100.  A grid run resumes from /tmp/latsim-calib: the
+# same grid again on the same warm machine (e.g. `graph G` after `grids G`) finds it done unless that
+# folder is removed first.  With scripts/device_slim_index.sh on, data/ does not travel: carry a config
+# folder under data/ (e.g. data/validation/configs/gemma-3-27b-text) beside .vllm/vllm.sha256.
 #
 # Everything lands in $OUT (at most 8 files come back): calibration tarballs and summaries,
 # quant_kernels.json, <NAME>.tar.gz of the measured run tree, and a log per step.
