@@ -271,8 +271,9 @@ LIVE_STEPS = replace(
 """bf16 GEMMs of :data:`LIVE_STEP_SHAPES` at every row count :data:`MSTEPS` and :data:`MSTEPS_HIGH`
 time (96-3,072): the steps of a 512-token prompt beside many decodes run 520-700 rows, where the
 H100's imported profile has one point (513) and its price read 0.163 ms against 0.30 measured on
-the 8B's gate_up (``data/power/README.md``).  Rows up to 512 run in CUDA graphs in vLLM (time them
-with ``device_fidelity.sh graph live-steps``); past it, eagerly (``grids live-steps``)."""
+the 8B's gate_up (``data/power/README.md``).  ``device_fidelity.sh grids live-steps`` times the rows
+up to 512 replayed in CUDA graphs (the runner's default ``--op-timing graph``), as vLLM runs those
+steps, and the rows past it call by call; the H200's two runs: ``data/kernels/h200-live-steps*``."""
 
 
 HEAVY_GEMM = _bf16_above_graphs(FULL, "heavy-gemm", FULL.gemm_m)
