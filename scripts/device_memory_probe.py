@@ -2,11 +2,11 @@
 
 Each start is vLLM's offline ``LLM`` class on a copy of a catalog config with dummy weights; one
 start per ``--start vocab=V,tokens=T,seqs=S`` (vocabulary size, ``max_num_batched_tokens``,
-``max_num_seqs``).  The engine's log goes to ``OUT/mem-vV-tT-sS.log.gz`` and one JSON line per
-start to ``OUT/memory.jsonl`` (weights, KV cache and captured-graph GiB as the engine logged
-them, the GPU's total memory), so that ``data/memory/README.md``'s table can be rebuilt from the
-logs alone.  Runs on the device machine with vLLM importable (``scripts/device_fidelity.sh
-memory``)::
+``max_num_seqs``). The engine's log goes to ``OUT/MODEL-vV-tT-sS.log.gz`` (MODEL: the config file's
+stem) and one JSON line per start to ``OUT/memory.jsonl`` (weights, KV cache and captured-graph GiB
+as the engine logged them, the GPU's name and total memory), so that ``data/memory/README.md``'s
+table can be rebuilt from the logs alone. Runs on the device machine with vLLM importable
+(``scripts/device_fidelity.sh memory``)::
 
     python3 scripts/device_memory_probe.py --config latsim/data/catalog/models/llama-3.2-1b.json \
         --out "$OUT" --start vocab=32768,tokens=4096,seqs=1024 --start vocab=262144,tokens=4096,seqs=1024
@@ -34,7 +34,7 @@ LOG_PATTERNS = {
     "kv_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
     "tokens": re.compile(r"max_num_batched_tokens=(\d+)"),
     "seqs": re.compile(r"'max_num_seqs': (\d+)"),
-    "vocab": re.compile(r"model='[^']*?(?:cfg|-v)(\d+)"),
+    "vocab": re.compile(r"model='[^']*?(?:cfg|-v)(\d+)(?:-t\d+-s\d+)?'"),
     "util_without_graphs": re.compile(r"is equivalent to --gpu-memory-utilization=([\d.]+)"),
 }
 DEFAULT_SEQS = 1024
@@ -92,18 +92,29 @@ def summarize(logs: list[Path], total_gib: float, util: float) -> None:
         print(summary_row(log.name.removesuffix(".log.gz"), found, total_gib, util))
 
 
-def gpu_total_gib() -> float:
-    """The first GPU's total memory in GiB (nvidia-smi reports MiB)."""
+def _first_gpu(field: str) -> str:
+    """nvidia-smi's ``field`` of the first GPU."""
     out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+        ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
         capture_output=True, text=True, check=True,
     ).stdout
-    return float(out.split()[0]) / 1024
+    return out.splitlines()[0].strip()
+
+
+def gpu_total_gib() -> float:
+    """The first GPU's total memory in GiB (nvidia-smi reports MiB)."""
+    return float(_first_gpu("memory.total")) / 1024
+
+
+def start_name(model: str, start: dict[str, int]) -> str:
+    """A start's log name: the catalog model (the config file's stem), then its vocabulary, token
+    budget and sequences (what ``scripts/fit_memory.py`` reads a probe's model and knobs from)."""
+    return f"{model}-v{start['vocab']}-t{start['tokens']}-s{start['seqs']}"
 
 
 def run_start(base: dict, start: dict[str, int], args: argparse.Namespace) -> dict:
     """Start one engine on ``base`` with the start's vocabulary; return its logged figures."""
-    name = f"mem-v{start['vocab']}-t{start['tokens']}-s{start['seqs']}"
+    name = start_name(args.config.stem, start)
     model_dir = Path("/tmp/memcfg") / name
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.json").write_text(json.dumps({**base, "vocab_size": start["vocab"]}))
@@ -137,9 +148,9 @@ def main() -> None:
     starts = [parse_start(text) for text in args.start]
     base = json.loads(args.config.read_text())
     args.out.mkdir(parents=True, exist_ok=True)
-    total = gpu_total_gib()
+    total, gpu = gpu_total_gib(), _first_gpu("name")
     for start in starts:
-        row = {**run_start(base, start, args), "gpu_total_gib": round(total, 3),
+        row = {**run_start(base, start, args), "gpu_name": gpu, "gpu_total_gib": round(total, 3),
                "gpu_memory_utilization": args.gpu_memory_utilization}
         print(json.dumps(row), flush=True)
         with open(args.out / "memory.jsonl", "a") as fh:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -48,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from device_memory_probe import DEFAULT_SEQS, logged_graph_estimate, read_log  # type: ignore[import-not-found]
 
 from latsim.atomic import atomic_write_text
-from latsim.catalog.lookup import load_device, load_model
+from latsim.catalog.lookup import detect_device, load_device, load_model
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.engines.vllm.memory import (
     activation_peak_bytes,
@@ -65,8 +66,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
 LIVE_DIRS = ("data/validation", "data/host", "data/serve")
 PROBE_GPU = "h100"
-"""The GPU of a probe folder in ``data/memory`` whose name does not end in ``-<gpu>`` (those ran on
-the lent H100 SXM; ``s40-mixtral-h200`` on the H200: its README)."""
+"""The GPU of a probe whose ``memory.jsonl`` row names none and whose folder's name does not end in
+``-<gpu>`` (those ran on the lent H100 SXM; ``s40-mixtral-h200`` on the H200: its README)."""
 HELD_OUT_SOURCES = ("data/validation/h200-s40",)
 """Live H200 runs that arrived after the fit (the fortieth session's): reported, not fitted."""
 V1_FIT_MODELS = ("qwen3-30b-a3b",)
@@ -151,7 +152,7 @@ def probe_starts() -> list[Start]:
     thirty-eighth session's ``vocabV`` files are the Llama-3.2-1B body)."""
     starts = []
     for log in sorted((ROOT / "data" / "memory").glob("*/*.log.gz")):
-        device = load_device(probe_gpu(log.parent.name))
+        device = load_device(probe_device(log))
         with gzip.open(log, "rt", errors="replace") as fh:
             found = read_log(fh.read())
         named = PROBE_NAME.match(log.name)
@@ -172,6 +173,19 @@ def probe_gpu(folder: str) -> str:
     """The catalog GPU a probe folder ran on: its name's ``-<gpu>`` suffix, else :data:`PROBE_GPU`."""
     suffix = folder.rsplit("-", 1)[-1]
     return suffix if suffix in ("h100", "h200") else PROBE_GPU
+
+
+def probe_device(log: Path) -> str:
+    """The catalog GPU of one probe log: the ``gpu_name`` its row in the folder's ``memory.jsonl``
+    recorded (``device_memory_probe.py`` records it since the fortieth session), else the folder's
+    (:func:`probe_gpu`)."""
+    rows = log.parent / "memory.jsonl"
+    name = log.name.removesuffix(".log.gz")
+    for line in rows.read_text().splitlines() if rows.is_file() else ():
+        row = json.loads(line)
+        if row.get("name") == name and row.get("gpu_name"):
+            return detect_device(str(row["gpu_name"])).name
+    return probe_gpu(log.parent.name)
 
 
 def predicted_other(start: Start, coefficients: dict) -> float:

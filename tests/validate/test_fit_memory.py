@@ -4,6 +4,7 @@ profiling peak is the larger of the forward and the sampler, as the memory probe
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -63,6 +64,24 @@ def test_a_second_v1_runner_moe_is_held_out_and_planned_within_a_percent(fit_mem
 def test_a_probe_folder_names_its_gpu(fit_memory):
     assert fit_memory.probe_gpu("s40-mixtral-h200") == "h200"
     assert fit_memory.probe_gpu("s39-tokens") == fit_memory.PROBE_GPU == "h100"
+
+
+def test_a_probe_log_takes_the_gpu_its_row_recorded_before_its_folders(fit_memory, tmp_path):
+    folder = tmp_path / "s41-probes"  # no GPU in the folder's name: the default would be the H100
+    folder.mkdir()
+    rows = [{"name": "llama-3.1-8b-v32768-t4096-s1024", "gpu_name": "NVIDIA H200"},
+            {"name": "llama-3.1-8b-v32768-t8192-s1024"}]
+    (folder / "memory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert fit_memory.probe_device(folder / "llama-3.1-8b-v32768-t4096-s1024.log.gz") == "h200"
+    assert fit_memory.probe_device(folder / "llama-3.1-8b-v32768-t8192-s1024.log.gz") == "h100"
+
+
+def test_the_probe_names_a_start_after_its_model_as_the_fit_reads_it(fit_memory):
+    probe = load_script(Path("device_memory_probe.py"))
+    name = probe.start_name("deepseek-v2-lite", {"vocab": 102400, "tokens": 4096, "seqs": 256})
+    assert fit_memory.PROBE_NAME.match(f"{name}.log.gz").group(1) == "deepseek-v2-lite"
+    logged = probe.read_log(f"model='/tmp/memcfg/{name}', max_num_batched_tokens=4096")
+    assert logged["vocab"] == 102400 and logged["tokens"] == 4096
 
 
 def _peak(model_name: str, vocab: int, tokens: int, seqs: int = 1024) -> float:
