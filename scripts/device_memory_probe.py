@@ -26,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from latsim.calibration.device_info import smi_rows
+
 START_KEYS = ("vocab", "tokens", "seqs")
 LOG_PATTERNS = {
     "weights_gib": re.compile(r"Model loading took ([\d.]+) GiB"),
@@ -93,12 +95,11 @@ def summarize(logs: list[Path], total_gib: float, util: float) -> None:
 
 
 def _first_gpu(field: str) -> str:
-    """nvidia-smi's ``field`` of the first GPU."""
-    out = subprocess.run(
-        ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    return out.splitlines()[0].strip()
+    """nvidia-smi's ``field`` of the first GPU (exits when nvidia-smi gives none)."""
+    rows = smi_rows(field)
+    if not rows:
+        raise SystemExit(f"nvidia-smi gave no {field} for a GPU: the probe needs one")
+    return rows[0]
 
 
 def gpu_total_gib() -> float:

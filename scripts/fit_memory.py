@@ -53,7 +53,9 @@ from latsim.catalog.lookup import detect_device, load_device, load_model
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.engines.vllm.memory import (
     activation_peak_bytes,
+    budget_bytes,
     graph_estimate_bytes,
+    non_torch_bytes,
     pool_block_bytes,
     runs_on_v1_runner,
     weights_per_gpu,
@@ -140,11 +142,7 @@ def live_starts() -> list[Start]:
 def _live_start(source: str, deployment: Deployment) -> Start:
     engine = resolve_engine(deployment)
     kv = float(engine.num_gpu_blocks or 0) * pool_block_bytes(deployment, engine)
-    return Start(source, deployment, _budget(deployment, engine) - weights_per_gpu(deployment, engine) - kv, kv)
-
-
-def _budget(deployment: Deployment, engine: EngineConfig) -> float:
-    return engine.gpu_memory_utilization * deployment.device.memory_bytes
+    return Start(source, deployment, budget_bytes(deployment, engine) - weights_per_gpu(deployment, engine) - kv, kv)
 
 
 def probe_starts() -> list[Start]:
@@ -163,7 +161,7 @@ def probe_starts() -> list[Start]:
                               max_model_len=PROBE_MAX_MODEL_LEN, gpu_memory_utilization=0.92)
         deployment = Deployment(model=model, device=device, tp=1, engine=engine)
         kv = found["kv_cache_gib"] * GIB
-        other = _budget(deployment, engine) - weights_per_gpu(deployment, engine) - kv
+        other = budget_bytes(deployment, engine) - weights_per_gpu(deployment, engine) - kv
         graphs = logged_graph_estimate(found, engine.gpu_memory_utilization, device.memory_bytes)
         starts.append(Start(str(log.relative_to(ROOT)), deployment, other, kv, graphs))
     return starts
@@ -191,9 +189,8 @@ def probe_device(log: Path) -> str:
 def predicted_other(start: Start, coefficients: dict) -> float:
     """The plan's non-weight bytes for ``start`` under ``coefficients``."""
     d = start.deployment
-    extra = coefficients["non_torch_bytes_per_extra_gpu"] if d.tp > 1 else 0.0
     peak = activation_peak_bytes(d.model, d.tp, resolve_engine(d), coefficients)
-    return coefficients["non_torch_bytes"] + extra + peak + graph_estimate_bytes(d.model, coefficients)
+    return non_torch_bytes(d.tp, coefficients) + peak + graph_estimate_bytes(d.model, coefficients)
 
 
 def fit(starts: list[Start]) -> dict:

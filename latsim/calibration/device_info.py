@@ -25,7 +25,7 @@ def _nvml() -> Any | None:
         return None
 
 
-def _smi(query: str) -> list[str]:
+def smi_rows(query: str) -> list[str]:
     """Rows of ``nvidia-smi --query-gpu=QUERY`` (empty when it is missing or fails)."""
     if not shutil.which("nvidia-smi"):
         return []
@@ -65,7 +65,7 @@ def _driver() -> str | None:
     if nv is not None:
         v = nv.nvmlSystemGetDriverVersion()
         return v.decode() if isinstance(v, bytes) else str(v)
-    rows = _smi("driver_version")
+    rows = smi_rows("driver_version")
     return rows[0] if rows else None
 
 
@@ -77,7 +77,7 @@ def read_clocks() -> tuple[float, float] | None:
         sm_clock = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
         mem_clock = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
         return float(sm_clock), float(mem_clock)
-    rows = _smi("clocks.sm,clocks.mem")
+    rows = smi_rows("clocks.sm,clocks.mem")
     try:
         sm, mem = (float(x) for x in rows[0].split(","))
     except (IndexError, ValueError):

@@ -199,10 +199,10 @@ def _plan(deployment: Deployment, advise: bool, engine: EngineConfig | None = No
     engine = engine or resolve_engine(deployment)
     model, tp, c = deployment.model, deployment.tp, _coefficients()
     device_bytes = deployment.device.memory_bytes
-    budget = engine.gpu_memory_utilization * device_bytes
+    budget = budget_bytes(deployment, engine)
     weights = weights_per_gpu(deployment, engine)
-    activations = activation_peak_bytes(model, tp, engine)
-    non_torch = c["non_torch_bytes"] + (c["non_torch_bytes_per_extra_gpu"] if tp > 1 else 0.0)
+    activations = activation_peak_bytes(model, tp, engine, c)
+    non_torch = non_torch_bytes(tp, c)
     graphs = graph_estimate_bytes(model, c)
     kv = budget - weights - activations - non_torch - graphs
     per_token = kv_bytes_per_token_per_gpu(model, deployment.kv_dtype, tp)
@@ -220,6 +220,17 @@ def _plan(deployment: Deployment, advise: bool, engine: EngineConfig | None = No
     max_len = _max_model_len(deployment, engine, pages, num_blocks * groups.layers, page_bytes, advise)
     return MemoryPlan(device_bytes, budget, weights, activations, non_torch, graphs, kv, per_token,
                       num_blocks, bs, max_len, groups, tokens)
+
+
+def budget_bytes(deployment: Deployment, engine: EngineConfig) -> float:
+    """What vLLM may use of one GPU: ``gpu_memory_utilization`` of its memory."""
+    return engine.gpu_memory_utilization * deployment.device.memory_bytes
+
+
+def non_torch_bytes(tp: int, coefficients: dict | None = None) -> float:
+    """Memory outside PyTorch's allocator per GPU (CUDA context, NCCL's buffers when ``tp > 1``)."""
+    c = coefficients or _coefficients()
+    return c["non_torch_bytes"] + (c["non_torch_bytes_per_extra_gpu"] if tp > 1 else 0.0)
 
 
 def weights_per_gpu(deployment: Deployment, engine: EngineConfig) -> float:
