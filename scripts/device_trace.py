@@ -436,7 +436,10 @@ async def run(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if args.config_dir:  # kept so that the run can be priced later (scripts/graphless_steps.py)
         (out / "config.json").write_text((Path(args.config_dir) / "config.json").read_text())
-    meta: dict[str, Any] = {"argv": sys.argv, "host_speed_before": host_speed(3.0),
+    import torch
+
+    meta: dict[str, Any] = {"argv": sys.argv, "gpu_name": torch.cuda.get_device_name(0),
+                            "host_speed_before": host_speed(3.0),
                             "weights": "checkpoint-like" if args.checkpoint_weights else "dummy"}
     if args.checkpoint_weights:
         from checkpoint_weights import install  # scripts/ is on the path when run by path

@@ -47,7 +47,7 @@ from latsim.costmodel.host import HostOverlapCostModel
 from latsim.deployment import Deployment, EngineConfig
 from latsim.engines.vllm.engine import default_executor
 from latsim.sim.host_report import _cost_model
-from latsim.validate.compare import chosen_executor
+from latsim.validate.compare import chosen_executor, profile_cost_model
 
 FIRST_MATCH_MS = 1.5
 """The decoders' emission carrying the prompt's first token starts at most this long before the
@@ -99,10 +99,12 @@ def run_speed(meta: dict[str, Any]) -> float:
     return probed_speed(meta, 1.0)
 
 
-def cost_model(meta: dict[str, Any], speed: float, folder: Path | None = None) -> HostOverlapCostModel:
-    """The engine's default cost model for the run's model on an H200: the catalog model its argv
-    names, or for a ``--config-dir`` run the ``config.json`` kept beside its timings in
-    ``folder``; ValueError when there is neither."""
+def cost_model(meta: dict[str, Any], speed: float, folder: Path | None = None, device: str = "h200",
+               profile: Path | None = None) -> HostOverlapCostModel:
+    """The engine's default cost model for the run's model on ``device`` (a catalog GPU), the GPU
+    priced by the fitted profile folder ``profile`` when given (else the device's shipped one): the
+    catalog model the run's argv names, or for a ``--config-dir`` run the ``config.json`` kept
+    beside its timings in ``folder``; ValueError when there is neither."""
     argv = meta.get("argv", [])
     if "--model" in argv[:-1]:
         model = load_model(argv[argv.index("--model") + 1])
@@ -115,7 +117,13 @@ def cost_model(meta: dict[str, Any], speed: float, folder: Path | None = None) -
     ec = meta.get("engine_config", {})
     engine = EngineConfig(max_num_seqs=ec.get("max_num_seqs"), max_num_batched_tokens=ec.get("max_num_batched_tokens"),
                           max_model_len=max_len, num_gpu_blocks=ec.get("num_gpu_blocks"), host_speed=speed)
-    return _cost_model(Deployment(model=model, device=load_device("h200"), engine=engine))
+    deployment = Deployment(model=model, device=load_device(device), engine=engine)
+    if profile is None:
+        return _cost_model(deployment)
+    cm = profile_cost_model(deployment, profile)
+    if not isinstance(cm, HostOverlapCostModel):
+        raise TypeError(f"expected the host-overlap cost model, got {type(cm).__name__}")
+    return cm
 
 
 def engine_arg(meta: dict[str, Any], key: str) -> Any:

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from graphless_steps import cost_model
 
 from latsim.atomic import atomic_write_text
+from latsim.catalog.lookup import detect_device
 from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.host import HostOverlapCostModel
 
@@ -100,10 +101,18 @@ def model_row(cm: HostOverlapCostModel, shape: BatchShape) -> dict[str, float]:
             "model_capped_us": 1e6 * (total - heavy + heavy * capped), "model_attention_us": 1e6 * attention}
 
 
-def step_rows(folder: Path) -> list[dict[str, Any]]:
-    """One row per placed step: its composition, measured busy time and parts, and the model's."""
+def run_device(meta: dict[str, Any]) -> str:
+    """The catalog GPU a trace ran on: its ``gpu_name`` (recorded since the forty-first session)
+    read as a catalog device, else ``h200`` (every earlier trace ran there)."""
+    name = meta.get("gpu_name")
+    return detect_device(str(name)).name if name else "h200"
+
+
+def step_rows(folder: Path, device: str | None = None, profile: Path | None = None) -> list[dict[str, Any]]:
+    """One row per placed step: its composition, measured busy time and parts, and the model's on
+    ``device`` (default :func:`run_device`), priced by ``profile`` when given."""
     meta = json.loads((folder / "timings.json").read_text())
-    cm = cost_model(meta, 1.0, folder)
+    cm = cost_model(meta, 1.0, folder, device or run_device(meta), profile)
     budget = int(meta.get("engine_config", {}).get("max_num_batched_tokens") or 8192)
     results = {r["scenario"]["label"]: r for r in meta["scenarios"]}
     rows: list[dict[str, Any]] = []
@@ -178,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="a device_trace.py output folder (steps.csv, timings.json)")
     ap.add_argument("--csv", type=Path, help="write one row per step here")
+    ap.add_argument("--device", help="the catalog GPU to price on (default: the trace's recorded GPU, else h200)")
+    ap.add_argument("--profile", type=Path, help="a fitted profile folder to price the GPU with (default: the "
+                    "device's shipped one)")
     args = ap.parse_args(argv)
     for name in ("steps.csv", "timings.json"):
         if not (args.folder / name).is_file():
@@ -185,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                   "and timings.json)", file=sys.stderr)
             return 2
     try:
-        rows = step_rows(args.folder)
-    except ValueError as exc:
+        rows = step_rows(args.folder, args.device, args.profile)
+    except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(format_summary(summary(rows), sum(1 for r in rows if r["unplaced"])))

@@ -84,3 +84,29 @@ def test_main_prints_a_table_writes_csv_and_refuses_a_folder_without_a_trace(
     assert len(list(csv.DictReader((tmp_path / "out.csv").open()))) == 2
     assert tv.main([str(tmp_path)]) == 2
     assert "steps.csv not found" in capsys.readouterr().err
+
+
+def test_a_trace_is_priced_on_the_gpu_it_recorded_and_with_a_given_profile(tmp_path: Path) -> None:
+    """A trace that names its GPU is priced on that GPU (the H100's imported profile prices the same
+    decode step differently from the H200's); ``--profile`` swaps the profile, ``--device`` the GPU."""
+    folder = _folder(tmp_path)
+    on_h200 = tv.step_rows(folder)[0]["model_us"]
+    meta = json.loads((folder / "timings.json").read_text())
+    assert tv.run_device(meta) == "h200"  # traces before the GPU was recorded ran on the H200
+    meta["gpu_name"] = "NVIDIA H100 80GB HBM3"
+    (folder / "timings.json").write_text(json.dumps(meta))
+    assert tv.run_device(meta) == "h100"
+    on_h100 = tv.step_rows(folder)[0]["model_us"]
+    assert on_h100 != pytest.approx(on_h200, rel=1e-3)
+    assert tv.step_rows(folder, device="h200")[0]["model_us"] == pytest.approx(on_h200)
+    profiles = Path(__file__).resolve().parents[2] / "latsim" / "data" / "calibration"
+    assert tv.step_rows(folder, profile=profiles / "h100")[0]["model_us"] == pytest.approx(on_h100)
+    assert tv.step_rows(folder, "h200", profiles / "h200-aic")[0]["model_us"] != pytest.approx(on_h200, rel=1e-3)
+    with pytest.raises(ValueError, match="not device 'h100'"):
+        tv.step_rows(folder, profile=profiles / "h200")  # a profile measured on another GPU
+
+
+def test_main_refuses_a_profile_folder_that_is_not_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _folder(tmp_path)
+    assert tv.main([str(folder), "--profile", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere" in capsys.readouterr().err
