@@ -12,7 +12,8 @@ rows whose ``point_id`` the profile lacks (a point both measured keeps the profi
 ``--only COLUMN=VALUE`` limits either to the rows where that column holds that value (e.g.
 ``--only dtype=fp8``: the fp8 GEMMs of a run replace the profile's fp8 GEMMs, its bf16 rows stay).
 ``--at-most COLUMN=VALUE`` takes only the run's rows whose numeric column is at most the value
-(``--at-most M=512``: the GEMMs of steps vLLM replays from CUDA graphs), and ``--known-points``
+(``--at-most M=512``: the GEMMs of steps vLLM replays from CUDA graphs), ``--at-least`` those at
+least it (both: a band, e.g. the rows an imported table skipped), and ``--known-points``
 only those of points the profile already holds (a re-timing that adds no new shapes).
 ``--into TABLE`` merges into the profile's ``TABLE.parquet`` instead of the family's (created when
 missing): the ``decode-tiles`` grid's attention rows go to ``decode_tiles``, which the fit reads
@@ -39,7 +40,7 @@ from latsim.costmodel.profile.tables import read_shard, shard_path, write_shard
 
 def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str] | None = None,
           at_most: tuple[str, float] | None = None, known_points: bool = False,
-          into: str | None = None) -> dict[str, object]:
+          into: str | None = None, at_least: tuple[str, float] | None = None) -> dict[str, object]:
     """Merge ``run``'s ``family`` table into ``profile``'s ``into`` table (default: the family's;
     see the module note); the source record."""
     into = into or family
@@ -50,6 +51,8 @@ def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str
         theirs = theirs[theirs[only[0]].astype(str) == only[1]]
     if at_most is not None:
         theirs = theirs[pd.to_numeric(theirs[at_most[0]]) <= at_most[1]]
+    if at_least is not None:
+        theirs = theirs[pd.to_numeric(theirs[at_least[0]]) >= at_least[1]]
     if known_points:
         theirs = theirs[theirs["point_id"].isin(ours["point_id"])]
     if mode == "replace":
@@ -66,7 +69,8 @@ def merge(profile: Path, run: Path, family: str, mode: str, only: tuple[str, str
     source = {"run_date_utc": run_meta["date_utc"], "grid": run_meta["grid"], "grid_hash": run_meta["grid_hash"],
               "gpu_name": run_meta["gpu_name"], "vllm": run_meta.get("vllm"), "mode": mode,
               "only": "=".join(only) if only else None, "rows_taken": taken,
-              "at_most": f"{at_most[0]}<={at_most[1]:g}" if at_most else None, "known_points": known_points,
+              "at_most": f"{at_most[0]}<={at_most[1]:g}" if at_most else None,
+              "at_least": f"{at_least[0]}>={at_least[1]:g}" if at_least else None, "known_points": known_points,
               "impl": sorted(theirs["impl"].dropna().unique().tolist()),
               "timer": sorted(theirs["timer"].dropna().unique().tolist()) if "timer" in theirs else ["cuda-events"],
               "table_sha256": hashlib.sha256(shard_path(run, family).read_bytes()).hexdigest()}
@@ -91,19 +95,24 @@ def main() -> None:
     ap.add_argument("--mode", choices=("replace", "append", "update"), required=True)
     ap.add_argument("--only", help="COLUMN=VALUE: merge only the rows holding it")
     ap.add_argument("--at-most", help="COLUMN=NUMBER: merge only the rows whose column is at most the number")
+    ap.add_argument("--at-least", help="COLUMN=NUMBER: merge only the rows whose column is at least the number")
     ap.add_argument("--known-points", action="store_true", help="merge only points the profile already holds")
     ap.add_argument("--into", help="the profile's table to merge into (default: the family's)")
     args = ap.parse_args()
     only = _pair(ap, "--only", args.only) if args.only else None
-    at_most = None
-    if args.at_most:
-        column, value = _pair(ap, "--at-most", args.at_most)
-        try:
-            at_most = (column, float(value))
-        except ValueError:
-            ap.error(f"--at-most {args.at_most!r}: {value!r} is not a number")
+    at_most = _bound(ap, "--at-most", args.at_most) if args.at_most else None
+    at_least = _bound(ap, "--at-least", args.at_least) if args.at_least else None
     print(json.dumps(merge(args.profile, args.run, args.family, args.mode, only, at_most, args.known_points,
-                           args.into), indent=1))
+                           args.into, at_least), indent=1))
+
+
+def _bound(ap: argparse.ArgumentParser, flag: str, text: str) -> tuple[str, float]:
+    """``COLUMN=NUMBER`` as (column, number), or the parser's usage error (exit 2)."""
+    column, value = _pair(ap, flag, text)
+    try:
+        return column, float(value)
+    except ValueError:
+        ap.error(f"{flag} {text!r}: {value!r} is not a number")
 
 
 def _pair(ap: argparse.ArgumentParser, flag: str, text: str) -> tuple[str, str]:

@@ -118,3 +118,24 @@ def test_the_command_line_rejects_a_bound_that_is_no_number(tmp_path: Path) -> N
     done = subprocess.run([sys.executable, str(SCRIPT), "--profile", str(profile), "--run", str(run), "--family",
                            "attention", "--mode", "update", "--at-most", "M=lots"], capture_output=True, text=True)
     assert done.returncode == 2 and "'lots' is not a number" in done.stderr
+
+
+def test_a_band_of_rows_between_two_bounds(tmp_path: Path) -> None:
+    """``at_least`` with ``at_most``: only the run's rows an imported grid skipped (here 514-767)."""
+    merge = load_script(SCRIPT).merge
+    profile = _folder(tmp_path / "profile", ["a"], "old", "2026-01-01")
+    run = _folder(tmp_path / "run", ["b", "c", "d", "e"], "new", "2026-02-02")
+    rows = read_shard(shard_path(run, "attention")).assign(M=[512, 514, 767, 768])
+    write_shard(run, "attention", rows.to_dict("records"))
+    source = merge(profile, run, "attention", "append", at_most=("M", 767.0), at_least=("M", 514.0))
+    merged = read_shard(shard_path(profile, "attention"))
+    assert sorted(merged["point_id"]) == ["a", "c", "d"]
+    assert source["at_least"] == "M>=514" and source["at_most"] == "M<=767" and source["rows_taken"] == 2
+
+
+def test_the_command_line_rejects_a_lower_bound_that_is_no_number(tmp_path: Path) -> None:
+    profile = _folder(tmp_path / "profile", ["a"], "old", "2026-01-01")
+    run = _folder(tmp_path / "run", ["a"], "new", "2026-02-02")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--profile", str(profile), "--run", str(run), "--family",
+                           "attention", "--mode", "append", "--at-least", "M"], capture_output=True, text=True)
+    assert done.returncode == 2 and "expected COLUMN=VALUE" in done.stderr
