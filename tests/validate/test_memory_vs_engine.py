@@ -21,7 +21,8 @@ TOLERANCE = {"llama-3.1-8b": 0.002, "llama-2-7b": 0.002, "llama-1b": 0.002, "qwe
              "llama-3.1-8b-tp2": 0.005}
 HELD_OUT_H100 = {"h100-s38/llama-3.1-8b-mix/f0.25": 0.002, "h100-s38/phi-3-mini-mix/f0.25": 0.002,
                  "h100-s39/qwen2.5-7b-mix/f0.25": 0.002, "h100-s39/llama-3.2-1b-mix/f0.25": 0.002,
-                 "h100-s37/gemma-3-27b-mix/f0.25": 0.03}
+                 "h100-s37/gemma-3-27b-mix/f0.25": 0.03, "h100-s41/llama-3.1-8b-mix/f0.25": 0.002,
+                 "h100-s41/phi-3-mini-mix/f0.25": 0.002, "h100-s41/qwen2.5-7b-mix/f0.25": 0.002}
 HELD_OUT_H200 = {"h200-s40/gemma-3-27b-mix/f0.25": 0.01, "h200-s40/phi-3-mini-mix/f0.25": 0.002,
                  "h200-s40/qwen2.5-7b-mix/f0.25": 0.002, "h200-s40/llama-3.2-1b-mix/f0.25": 0.002}
 
