@@ -76,7 +76,8 @@ def summary_figure(levels: list[Any], path: Path) -> None:
             axis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
     handles, labels = scatter[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=6 if len(runs) > 12 else 8, frameon=False)
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(LEGEND_SPLIT, 0.5),
+               fontsize=6 if len(runs) > 12 else 8, frameon=False)
     _error_bars(fig.add_subplot(grid[:, 1]), runs)
     fig.suptitle(f"latsim vs measured: {len(runs)} runs, {len(levels)} load levels")
     fig.tight_layout(rect=(0.0, 0.0, LEGEND_SPLIT, 1.0))
