@@ -1,6 +1,7 @@
 """Summarise the model's signed errors on the held-out live levels into the band ``latsim predict`` shows.
 
     python scripts/error_band.py [ROOT] [--device h200] [--fit REGEX] [--write]
+    python scripts/error_band.py --device h100 --write     # the H100's band (its own live runs)
 
 Replays every Poisson level under ROOT (default ``data/validation``) measured at TP=1, less the
 levels the fits saw (``--fit``, a regular expression searched in the level's path) and the
@@ -18,6 +19,11 @@ tells when the model has changed since (then run this again); ``--table CSV`` ke
 per-level errors with each level's host ratio; ``--holdout REGEX`` also builds the bands without
 the levels it matches and counts those inside them (a check on levels the band never saw, e.g.
 ``'h200-s2[3-9]/'``, the latest engine starts).  About eight minutes on two cores.
+
+``--device`` picks the GPU: the levels that recorded it (for the H200, also those that recorded
+none, taken before the GPU was kept), replayed on it, written to its band file
+(:func:`latsim.validate.error_band.band_path`: ``error_band.json`` for the H200,
+``error_band-<device>.json`` for another).
 """
 
 from __future__ import annotations
@@ -39,11 +45,13 @@ from latsim.validate.compare import (
     error_table,
     find_runs,
     host_probe_ms,
+    recorded_device,
     replay_deployment,
 )
 from latsim.validate.error_band import (
-    SHIPPED,
     ErrorBand,
+    band_measured_on,
+    band_path,
     banded,
     describe_inside,
     inside_band,
@@ -58,13 +66,16 @@ ENGINE = "vllm-0.25.1"
 
 
 def held_out_levels(root: Path, device: str, fit: str) -> list[Path]:
-    """The Poisson levels under ``root`` at TP=1, not client-bound, whose path ``fit`` does not match."""
+    """The Poisson levels under ``root`` measured on ``device`` (:func:`band_measured_on`) at TP=1,
+    not client-bound, whose path ``fit`` does not match."""
     pattern = re.compile(fit)
     keep = []
     for level in find_runs(root, device):
         if load_fraction(level.name) is None or pattern.search(level.as_posix()):
             continue
         meta = read_meta(level)
+        if not band_measured_on(recorded_device(meta), device):
+            continue
         if client_bound(meta) or replay_deployment(meta, device).tp != 1:
             continue
         keep.append(level)
@@ -87,7 +98,8 @@ def main() -> None:
     ap.add_argument("root", nargs="?", type=Path, default=Path("data/validation"))
     ap.add_argument("--device", default="h200")
     ap.add_argument("--fit", default=FIT, help="regular expression of the levels the fits saw (left out)")
-    ap.add_argument("--write", action="store_true", help=f"write {display_path(SHIPPED)}")
+    ap.add_argument("--write", action="store_true", help="write the device's band file (error_band.json for h200, "
+                    "error_band-DEVICE.json for another)")
     ap.add_argument("--table", type=Path, help="also write the per-level errors (with host_ratio) as CSV here")
     ap.add_argument("--holdout", help="also build the bands without the levels this regular expression matches "
                                       "and count those levels inside them (e.g. the latest engine starts)")
@@ -137,7 +149,15 @@ def replay(paths: list[Path], device: str, host_speed: float | str) -> tuple[lis
         levels.append(compare_run(path, device, host_speed=host_speed))
         print(f"\r{k}/{len(paths)} levels replayed at host speed {host_speed}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    return levels, with_host_ratios(error_table(levels), levels)
+    return levels, with_host_ratios(error_table(levels), levels, building(device, levels))
+
+
+def building(device: str, levels: list) -> ErrorBand:
+    """The kind of the band being built (``device``, the levels' cost model, TP=1), which decides
+    the levels it describes (:func:`latsim.validate.error_band.with_host_ratios`)."""
+    kinds = sorted({str(lv.predicted.get("cost_model")) for lv in levels})
+    return ErrorBand(engine=ENGINE, device=device, cost_model=kinds[0] if len(kinds) == 1 else "-", tp=1, bands={},
+                     levels=0)
 
 
 def show(bands: dict) -> None:
@@ -155,7 +175,8 @@ def show(bands: dict) -> None:
 
 def write(args: argparse.Namespace, paths: list[Path], probed: list[Path], bands: dict, known_host: dict,
           kept: dict, cost_model: str) -> None:
-    """Write the shipped band file atomically, with its provenance."""
+    """Write the device's shipped band file (:func:`band_path`) atomically, with its provenance."""
+    target = band_path(args.device)
     inputs = {"root": display_path(args.root), "device": args.device, "fit": args.fit,
               "levels": {"count": len(paths), "digest": combined_digest(paths)},
               "probed_levels": {"count": len(probed), "digest": combined_digest(probed)}}
@@ -163,9 +184,9 @@ def write(args: argparse.Namespace, paths: list[Path], probed: list[Path], bands
            "levels": len(paths), "bands": significant(bands, 4),
            "known_host_levels": len(probed), "known_host": significant(known_host, 4),
            "sentinels": significant(kept, 6),
-           "provenance": record(inputs, {"bands": len(bands), "known_host": len(known_host)}, exclude=SHIPPED)}
-    atomic_write_text(SHIPPED, json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {display_path(SHIPPED)}")
+           "provenance": record(inputs, {"bands": len(bands), "known_host": len(known_host)}, exclude=target)}
+    atomic_write_text(target, json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {display_path(target)}")
 
 
 if __name__ == "__main__":

@@ -186,8 +186,11 @@ def test_predict_says_how_far_the_live_engine_was_from_such_answers(monkeypatch,
     assert code == 0 and "light load, gpu pace, host unknown" in table and "live engine vs this answer, p50" in table
     code, out, _ = run([*argv, "--tp", "2", "--json"], monkeypatch, capsys)
     assert json.loads(out)["validated_error"] == {"available": False, "why": "measured live on one engine at TP=1 only"}
-    code, table, _ = run([*argv[:3], "--device", "h100", *argv[5:]], monkeypatch, capsys)
-    assert code == 0 and "no band: built from h200 runs only" in table
+    code, table, _ = run([*argv[:3], "--device", "a100", *argv[5:]], monkeypatch, capsys)
+    assert code == 0 and "no band: built from h200, h100 runs only" in table
+    code, out, _ = run([*argv[:3], "--device", "h100", *argv[5:], "--json"], monkeypatch, capsys)
+    validated = json.loads(out)["validated_error"]  # the H100's own band, from its live runs
+    assert code == 0 and validated["available"] and validated["device"] == "h100"
 
 
 def test_an_slo_is_also_checked_at_the_live_bands_slow_edge(monkeypatch, capsys):

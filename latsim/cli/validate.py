@@ -97,17 +97,18 @@ def _runs_and_devices(root: Path, device: str) -> list[tuple[Path, str]]:
 
 
 def _band_check(levels, table, speed: float | str) -> None:
-    """Print how many Poisson levels measured on the band's GPU fall inside ``latsim predict``'s
-    live error band of their cell."""
+    """Print, per GPU with a shipped band, how many Poisson levels measured on it fall inside
+    ``latsim predict``'s live error band of their cell."""
     from latsim.validate.error_band import describe_inside, inside_band, shipped_band, with_host_ratios
 
-    band = shipped_band()
-    levels = [lv for lv in levels if lv.deployment.device.name == band.device]
-    if not levels:
-        return
-    table = table[table["run"].isin({lv.run_dir for lv in levels})]
-    counts = inside_band(with_host_ratios(table, levels), band, host_known=speed != 1.0)
-    if counts.empty:
-        return
-    out.print(f"inside the live error band `latsim predict` prints (aim 80 %; levels it was built from count too): "
-              f"{describe_inside(counts)}")
+    for device in sorted({lv.deployment.device.name for lv in levels}):
+        band = shipped_band(device)
+        mine = [lv for lv in levels if lv.deployment.device.name == device == band.device]
+        if not mine:
+            continue
+        rows = table[table["run"].isin({lv.run_dir for lv in mine})]
+        counts = inside_band(with_host_ratios(rows, mine, band), band, host_known=speed != 1.0)
+        if counts.empty:
+            continue
+        out.print(f"inside the {device} live error band `latsim predict` prints (aim 80 %; levels it was built "
+                  f"from count too): {describe_inside(counts)}")

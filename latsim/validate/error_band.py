@@ -50,9 +50,32 @@ sets the pace with the host under a quarter of it, the CPU from where the two ar
 METRICS: tuple[tuple[str, str], ...] = tuple((m, s) for m in ("ttft_ms", "tpot_ms", "e2e_ms") for s in ("p50", "p99"))
 TARGET = 0.8
 """The share of a left-out configuration's levels the band is widened to hold."""
+MIN_CONFIGURATIONS = 2
+"""A cell's least configurations: with one, no left-out coverage says how far its band carries."""
 TAILS = tuple(round(0.10 - 0.01 * k, 2) for k in range(11))
 """The quantile ``a`` of the band's low edge (high: ``1 - a``) tried, narrowest first."""
 SHIPPED = engine_data("vllm", "error_band.json")
+"""The H200's band (the calibrated profile's live runs); another GPU's is :func:`band_path`'s."""
+UNRECORDED_GPU = "h200"
+"""The GPU of the live runs that recorded none: every run before the GPU was kept ran on the lent H200."""
+
+
+def band_path(device: str) -> Path:
+    """The shipped band file of ``device`` (a catalog GPU): :data:`SHIPPED` for the H200,
+    ``error_band-<device>.json`` beside it for another (present only where live runs were taken)."""
+    return SHIPPED if device == UNRECORDED_GPU else SHIPPED.with_name(f"error_band-{device}.json")
+
+
+def band_devices() -> tuple[str, ...]:
+    """The GPUs with a shipped band: the H200, then any other with an ``error_band-<device>.json``."""
+    others = sorted(p.stem.removeprefix("error_band-") for p in SHIPPED.parent.glob("error_band-*.json"))
+    return (UNRECORDED_GPU, *others)
+
+
+def band_measured_on(recorded: str | None, device: str) -> bool:
+    """Whether a level that recorded the GPU ``recorded`` belongs to ``device``'s band: the same
+    catalog GPU, or none recorded and ``device`` the H200 (:data:`UNRECORDED_GPU`)."""
+    return recorded == device or (recorded is None and device == UNRECORDED_GPU)
 
 
 def load_fraction(level: str) -> float | None:
@@ -137,14 +160,14 @@ Cell = dict[str, dict[str, float | None]]
 
 
 def summarise(errors: pd.DataFrame) -> dict[str, dict[str, Cell]]:
-    """``{band: {pace: cell}}`` of the signed errors (:func:`banded`); cells without levels are
-    left out."""
+    """``{band: {pace: cell}}`` of the signed errors (:func:`banded`); cells of fewer than
+    :data:`MIN_CONFIGURATIONS` configurations are left out."""
     e = banded(errors)
     out: dict[str, dict[str, Cell]] = {}
     for band, _, _ in BANDS:
         for pace, _, _ in PACES:
             rows = e[(e["band"] == band) & (e["pace"] == pace)]
-            if not rows.empty:
+            if rows["config"].nunique() >= MIN_CONFIGURATIONS:
                 out.setdefault(band, {})[pace] = cell(rows)
     return out
 
@@ -196,11 +219,13 @@ class ErrorBand:
         return self.known_host if self.uses_known_host(host_known) else self.bands
 
 
-@functools.lru_cache(maxsize=1)
-def shipped_band() -> ErrorBand:
-    """The shipped :class:`ErrorBand`, read once per process (``plan`` and ``compare`` ask for it
-    per candidate and per point)."""
-    return ErrorBand.read(SHIPPED)
+@functools.lru_cache(maxsize=8)
+def shipped_band(device: str = UNRECORDED_GPU) -> ErrorBand:
+    """The shipped :class:`ErrorBand` of ``device`` (:func:`band_path`), or the H200's where that
+    GPU has none (whose kind check then says so); read once per process and GPU (``plan`` and
+    ``compare`` ask for it per candidate and per point)."""
+    path = band_path(device)
+    return ErrorBand.read(path if path.is_file() else SHIPPED)
 
 
 def kind_why(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: int, replicas: int,
@@ -209,10 +234,10 @@ def kind_why(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: 
     engine family, GPU and cost model, one engine at the measured TP, vLLM's default scheduling
     (asynchronous, chunked prefill) and executor (the model in the engine-core process on one
     GPU), weights of a kind measured live (not ``bitsandbytes`` 4-bit); else why not."""
-    family = band.engine.split("-")[0]
+    family, measured = band.engine.split("-")[0], ", ".join(band_devices())
     checks = (
         (engine == family, f"measured live on {family} only"),
-        (device == band.device, f"built from {band.device} runs only (docs/imported-profiles.md: others)"),
+        (device == band.device, f"built from {measured} runs only (docs/imported-profiles.md: others)"),
         (cost_model == band.cost_model, f"measured live with the {band.cost_model} cost model only"),
         (tp == band.tp and replicas == 1, f"measured live on one engine at TP={band.tp} only"),
         (default_scheduling, "measured live with the engine's default scheduling and executor only"),
@@ -260,19 +285,20 @@ def for_prediction(deployment: Any, summary: dict[str, Any], band: ErrorBand | N
     """:func:`validated_error` of a prediction: its deployment (engine, GPU, TP, replicas,
     scheduling; a host speed other than 1 is taken as measured, ``latsim host-speed``) and its
     summary (cost model, saturation, the decode pace of
-    :func:`~latsim.sim.host_report.decode_host_ratio`), against the shipped band by default."""
+    :func:`~latsim.sim.host_report.decode_host_ratio`), against its GPU's shipped band by default."""
     from latsim.sim.host_report import decode_host_ratio
 
     engine = deployment.engine
-    return validated_error(band or shipped_band(), **_kind(deployment, str(summary.get("cost_model"))),
+    kind = _kind(deployment, str(summary.get("cost_model")))
+    return validated_error(band or shipped_band(deployment.device.name), **kind,
                            saturation=summary.get("saturation"),
                            host_ratio=decode_host_ratio(deployment, summary), host_known=engine.host_speed != 1.0)
 
 
 def deployment_why(deployment: Any, cost_model: str, band: ErrorBand | None = None) -> str:
     """:func:`kind_why` of a deployment priced by ``cost_model`` (a summary's ``cost_model``),
-    against the shipped band by default: "" when the band describes its kind at some load."""
-    return kind_why(band or shipped_band(), **_kind(deployment, cost_model))
+    against its GPU's shipped band by default: "" when the band describes its kind at some load."""
+    return kind_why(band or shipped_band(deployment.device.name), **_kind(deployment, cost_model))
 
 
 def _kind(deployment: Any, cost_model: str) -> dict[str, Any]:
@@ -352,18 +378,19 @@ def targets_at_slow_edge(validated: dict[str, Any], values: dict[str, float | No
     return {"meets": all(v <= limits[k] for k, v in out.items()), "values": out}
 
 
-def with_host_ratios(table: pd.DataFrame, levels: list[Any]) -> pd.DataFrame:
+def with_host_ratios(table: pd.DataFrame, levels: list[Any], band: ErrorBand | None = None) -> pd.DataFrame:
     """``table`` (:func:`latsim.validate.compare.error_table` of ``levels``) with each Poisson
     level's ``host_ratio``: :func:`~latsim.sim.host_report.decode_host_ratio` of the deployment its
-    replay simulated; none (so no cell of the band) for a level of a kind the shipped band does
-    not describe (:func:`deployment_why`: another TP, replicas, scheduling)."""
+    replay simulated; none (so no cell of the band) for a level of a kind ``band`` (default: its
+    GPU's shipped one) does not describe (:func:`deployment_why`: another TP, replicas,
+    scheduling)."""
     from latsim.sim.host_report import decode_host_ratio
 
     ratios = {}
     for lv in levels:
         if load_fraction(lv.level) is None:
             continue
-        if not deployment_why(lv.deployment, str(lv.predicted.get("cost_model"))):
+        if not deployment_why(lv.deployment, str(lv.predicted.get("cost_model")), band):
             ratios[lv.run_dir] = decode_host_ratio(lv.deployment, lv.predicted)
     return table.assign(host_ratio=table["run"].map(ratios))
 

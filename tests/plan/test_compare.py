@@ -53,16 +53,16 @@ def test_slo_rate_at_the_live_edge_stops_where_the_band_stops_reaching() -> None
 
 def test_an_h200_curve_is_also_checked_at_the_live_error_bands_slow_edge(cli, tmp_path) -> None:
     page = tmp_path / "c.html"
-    code, out, _ = cli("compare", "--model", "llama-3.2-1b", "--devices", "h200,h100", "--qps", "2:8:2",
+    code, out, _ = cli("compare", "--model", "llama-3.2-1b", "--devices", "h200,a100", "--qps", "2:8:2",
                        "--num-requests", "80", "--input-len", "256", "--output-len", "32", "--replications", "2",
                        "--slo", "ttft_p99_ms=5000,tpot_p99_ms=100", "--html", str(page), "--json")
     assert code == 0
     devices = json.loads(out)["devices"]
-    h200, h100 = devices["h200"], devices["h100"]
+    h200, a100 = devices["h200"], devices["a100"]
     assert all(p["meets_slo_at_live_edge"] is not None for p in h200["curve"])
     assert h200["max_rps_at_slo_live_edge"] is not None
     assert h200["max_rps_at_slo_live_edge"] <= h200["max_rps_at_slo"]
-    assert all(p["meets_slo_at_live_edge"] is None for p in h100["curve"]) and h100["max_rps_at_slo_live_edge"] is None
+    assert all(p["meets_slo_at_live_edge"] is None for p in a100["curve"]) and a100["max_rps_at_slo_live_edge"] is None
     assert "the same at the live error band" in page.read_text()
 
 

@@ -71,12 +71,12 @@ def test_no_live_edge_rate_without_a_rate_at_the_slo() -> None:
 def test_plan_reports_the_live_edge_rate_where_the_band_describes_the_candidate(cli) -> None:
     code, out, _ = cli("plan", "--model", "llama-3.2-1b", "--num-requests", "120", "--input-len", "200",
                        "--output-len", "40", "--tps", "1", "--weight-dtypes", "bf16", "--replications", "2",
-                       "--qps", "4", "--devices", "h200,h100", "--max-replicas", "1", "--slo", "ttft_p50_ms=200",
+                       "--qps", "4", "--devices", "h200,a100", "--max-replicas", "1", "--slo", "ttft_p50_ms=200",
                        "--json")
     assert code == 0
     by_device = {c["device"]: c for c in json.loads(out)["candidates"]}
-    h200, h100 = by_device["h200"], by_device["h100"]
+    h200, a100 = by_device["h200"], by_device["a100"]
     assert h200["max_rps_at_slo"] is not None
     assert h200["max_rps_at_slo_live_edge"] is not None
     assert 0.0 < h200["max_rps_at_slo_live_edge"] <= h200["max_rps_at_slo"]
-    assert h100["max_rps_at_slo"] is not None and h100["max_rps_at_slo_live_edge"] is None
+    assert a100["max_rps_at_slo"] is not None and a100["max_rps_at_slo_live_edge"] is None

@@ -74,12 +74,13 @@ def test_a_configuration_unlike_the_others_falls_outside_their_band() -> None:
 
 def test_summarise_bands_levels_by_load_and_pace_and_takes_quantiles_per_metric() -> None:
     light = _errors({"a-mix": [0.0, 0.1, 0.2, 0.3, 0.4], "b-mix": [0.5, 0.6, 0.7, 0.8, 0.9]})
-    heavy = _errors({"a-mix": [-0.2, -0.1]}, level="f0.90")
-    host_paced = _errors({"c-mix": [0.7]}, host_ratio=1.8)
+    heavy = _errors({"a-mix": [-0.2], "b-mix": [-0.1]}, level="f0.90")
+    host_paced = _errors({"c-mix": [0.7], "d-mix": [0.7]}, host_ratio=1.8)
+    lone = _errors({"a-mix": [0.3, 0.4]}, level="f0.90", host_ratio=0.1)  # one configuration: no cell
     burst = _errors({"a-mix": [5.0]}, level="burst")
     other = _errors({"a-mix": [5.0]}, stat="mean")
     no_ratio = _errors({"a-mix": [5.0]}, host_ratio=float("nan"))
-    bands = eb.summarise(pd.concat([light, heavy, host_paced, burst, other, no_ratio], ignore_index=True))
+    bands = eb.summarise(pd.concat([light, heavy, host_paced, lone, burst, other, no_ratio], ignore_index=True))
     assert {b: set(p) for b, p in bands.items()} == {"light": {"mixed", "host"}, "heavy": {"mixed"}}
     cell = bands["light"]["mixed"]["ttft_ms p50"]
     assert (cell["levels"], cell["configurations"]) == (10, 2)
@@ -87,7 +88,7 @@ def test_summarise_bands_levels_by_load_and_pace_and_takes_quantiles_per_metric(
     assert cell["coverage"] == 0.0 and cell["tail"] == 0.0  # each half lies outside the other's band
     assert (cell["low"], cell["high"]) == (pytest.approx(0.0), pytest.approx(0.9))
     assert bands["heavy"]["mixed"]["ttft_ms p50"]["levels"] == 2
-    assert bands["heavy"]["mixed"]["ttft_ms p50"]["coverage"] is None
+    assert bands["heavy"]["mixed"]["ttft_ms p50"]["coverage"] == 0.0  # each one outside the other's
     assert bands["light"]["host"]["ttft_ms p50"]["median"] == pytest.approx(0.7)
 
 
@@ -118,7 +119,7 @@ MEASURED = {"engine": "vllm", "device": "h200", "cost_model": "calibrated", "tp"
 
 
 @pytest.mark.parametrize(("change", "why"), [
-    ({"engine": "sglang"}, "on vllm only"), ({"device": "h100"}, "from h200 runs only"),
+    ({"engine": "sglang"}, "on vllm only"), ({"device": "a100"}, "from h200, h100 runs only"),
     ({"cost_model": "roofline"}, "calibrated cost model only"), ({"tp": 2}, "TP=1 only"),
     ({"replicas": 2}, "one engine"), ({"default_scheduling": False}, "default scheduling"),
     ({"saturation": 1.3}, "outside the measured"), ({"saturation": None}, "no load estimate"),
@@ -158,20 +159,22 @@ def test_the_shipped_band_reads_and_describes_the_calibrated_h200() -> None:
             assert cell["coverage"] is None or 0.0 <= cell["coverage"] <= 1.0
 
 
-def test_the_shipped_band_is_of_the_current_model() -> None:
-    """The file keeps a few levels' predictions; a model change since it was written shows here
-    (then run ``python scripts/error_band.py --write`` again)."""
+@pytest.mark.parametrize("device", eb.band_devices())
+def test_the_shipped_band_is_of_the_current_model(device: str) -> None:
+    """Each file keeps a few levels' predictions; a model change since it was written shows here
+    (then run ``python scripts/error_band.py --device DEVICE --write`` again)."""
     from latsim.validate.compare import compare_run
 
-    doc = json.loads(eb.SHIPPED.read_text())
+    doc = json.loads(eb.band_path(device).read_text())
+    assert doc["device"] == device
     assert doc["sentinels"]
     for level, kept in doc["sentinels"].items():
         predicted = compare_run(level, doc["device"]).predicted
         for key, value in kept.items():
             metric, stat = key.split()
             assert predicted[metric][stat] == pytest.approx(value, rel=1e-5), (
-                f"{level} {key}: the model changed since error_band.json was written; "
-                "run python scripts/error_band.py --write")
+                f"{level} {key}: the model changed since {eb.band_path(device).name} was written; "
+                f"run python scripts/error_band.py --device {device} --write")
 
 
 def test_the_slow_edge_divides_by_one_plus_the_most_negative_error() -> None:
@@ -237,3 +240,27 @@ def test_the_band_leaves_out_bitsandbytes_weights_only(method, described) -> Non
     deployment = Deployment(model=parse_hf_config(config, "m"), device=load_device("h200"))
     why = eb.deployment_why(deployment, "calibrated", _band())
     assert (why == "") is described and (described or "bitsandbytes" in why)
+
+
+def test_each_gpu_with_live_runs_has_its_band_file_and_the_rest_fall_back_to_the_h200s() -> None:
+    assert eb.band_path("h200") == eb.SHIPPED and eb.band_path("h100").name == "error_band-h100.json"
+    assert eb.band_devices()[0] == "h200" and "h100" in eb.band_devices()
+    h100 = eb.shipped_band("h100")
+    assert (h100.device, h100.tp) == ("h100", 1) and "imported" in h100.cost_model
+    assert eb.shipped_band("a100").device == "h200"  # no live runs: its kind check says so
+    kind = {k: v for k, v in MEASURED.items() if k not in ("saturation", "host_ratio")}
+    assert "h200, h100 runs only" in eb.kind_why(h100, **{**kind, "device": "a100"})
+
+
+def test_only_the_h200_counts_runs_that_recorded_no_gpu() -> None:
+    """Runs from before the GPU was recorded were all taken on the lent H200."""
+    assert eb.band_measured_on(None, "h200") and not eb.band_measured_on(None, "h100")
+    assert eb.band_measured_on("h100", "h100") and not eb.band_measured_on("h200", "h100")
+
+
+def test_a_cell_of_one_configuration_is_left_out() -> None:
+    """One configuration leaves nothing to leave out: no coverage says how far its band carries."""
+    one = _errors({"a-mix": [0.1, 0.2, 0.3]})
+    assert eb.summarise(one) == {}
+    two = _errors({"a-mix": [0.1, 0.2], "b-mix": [0.3]})
+    assert eb.summarise(two)["light"]["mixed"]["ttft_ms p50"]["configurations"] == 2
