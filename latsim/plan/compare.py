@@ -12,7 +12,7 @@ or configuration the answer gives:
 - ``max_rps_at_slo`` (with an SLO): the highest rate of the curve that is stable and meets the
   SLO in at least ``min_p_meet`` of the replications, every lower rate meeting it too;
 - ``max_rps_at_slo_live_edge`` (with an SLO, where the live error band describes the deployment:
-  the calibrated H200 at TP=1, :mod:`latsim.validate.error_band`): the same with every point's
+  the calibrated H200 or the H100 at TP=1, :mod:`latsim.validate.error_band`): the same with every point's
   SLO also met were the live engine at the band's slow edge (``meets_slo_at_live_edge`` per
   point), never past a rate whose load the band does not reach (above 0.95 of capacity); ``None``
   where no band applies (or the lightest rate fails);

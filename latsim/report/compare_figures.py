@@ -123,7 +123,7 @@ img{{max-width:100%}}</style></head><body>
 {rows}</table>
 <p><small><sup>*</sup> The SLO also met were the live engine as far off as the slow edge of the band of
 the model's measured errors (<code>latsim predict</code>'s "live engine vs this answer"); measured on
-the calibrated H200 at TP=1 only, "-" elsewhere.</small></p>
+the calibrated H200 and the H100 at TP=1 only, "-" elsewhere.</small></p>
 <h2>Curves</h2>{curves}
 </body></html>
 """

@@ -50,8 +50,9 @@ def plan_table(answer: dict[str, Any]) -> Table:
     table.caption = (f"{more}{s['candidates']} candidates, {s['pruned']} pruned by bounds or cost, "
                      f"{s['simulated']} simulated x {s['replications']} replications.  Prices: {prices}.  "
                      "At live edge: the SLO were the live engine at the slow edge of the measured error band "
-                     "(`latsim predict`'s; the calibrated H200 at TP=1 only, - elsewhere); in brackets after the "
-                     "highest rate meeting the SLO, the highest meeting it there too (loads to 0.95 of capacity)")
+                     "(`latsim predict`'s; the calibrated H200 and the H100 at TP=1 only, - elsewhere); in brackets "
+                     "after the highest rate meeting the SLO, the highest meeting it there too (loads to 0.95 of "
+                     "capacity)")
     table.caption_justify = "left"
     return table
 
