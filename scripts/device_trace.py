@@ -308,15 +308,25 @@ async def prefill(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> 
 
 async def chunked(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
     """Long prompts beside ``decodes`` decoders; the decoders' gaps before (quiet) and while the
-    unprofiled prompts ran (busy: the largest 16 gaps per prompt)."""
+    unprofiled prompts ran (busy: the largest 16 gaps per prompt), and every engine step's time
+    while they ran (``decode_step_gaps_ms``, :func:`step_gaps`: a prompt's steps are the longest)."""
     rids, tasks, _ = await start_decoders(client, tag, sc["decodes"], sc["din"], 6000)
     t0 = time.perf_counter()
     quiet = gaps_in(client, rids, t0 - 0.5, t0)
     res, unprofiled_end = await profiled_prompts(engine, client, sc, tag)
     busy = gaps_in(client, rids, t0, unprofiled_end)
+    steps = step_gaps(client, rids, t0, unprofiled_end)
     await stop_decoders(engine, rids, tasks)
     return {**res, "decode_itl_quiet_ms": 1e3 * (_median(quiet) or float("nan")),
-            "decode_itl_busy_ms": sorted(1e3 * g for g in busy)[-16 * sc["n"]:] if busy else []}
+            "decode_itl_busy_ms": sorted(1e3 * g for g in busy)[-16 * sc["n"]:] if busy else [],
+            "decode_step_gaps_ms": [1e3 * g for g in steps]}
+
+
+def step_gaps(client: Client, rids: list[str], t0: float, t1: float) -> list[float]:
+    """The time between successive emissions of the decoders (:func:`emissions`) within [t0, t1],
+    in order: one engine step each while every decoder emits a token per step."""
+    starts = emissions(client, rids, t0, t1)
+    return [b - a for a, b in itertools.pairwise(starts)]
 
 
 EMISSION_SPLIT_S = 5e-4

@@ -106,6 +106,15 @@ def test_emissions_start_where_the_merged_token_times_jump() -> None:
     assert got == [1.010, 1.020, 1.030]
 
 
+def test_step_gaps_are_the_times_between_emissions_in_order() -> None:
+    """A prompt's step shows as the one long gap among the decoders' steps."""
+    client = trace_script.Client(engine=None, vocab=100)
+    client.times = {"a": [1.0, 1.008, 1.031, 1.039], "b": [1.00005, 1.00806, 1.03107, 1.03905]}
+    got = trace_script.step_gaps(client, ["a", "b"], 0.99, 1.05)
+    assert got == pytest.approx([0.008, 0.023, 0.008])
+    assert trace_script.step_gaps(client, ["a", "b"], 1.02, 1.035) == []  # one emission: no gap
+
+
 def test_resummarize_rewrites_the_tables_from_the_kept_traces(tmp_path: Path) -> None:
     import gzip
     import json
