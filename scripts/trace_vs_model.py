@@ -3,11 +3,13 @@
 Reads a folder of ``scripts/device_trace.py`` (``steps.csv``: one row per profiled engine step,
 its composition and its GPU kernels' busy time by class; ``timings.json``: the run's argv,
 engine configuration and the decoders' context) and prices every step with the engine's default
-cost model for the run's catalog model on an H200 (``graphless_steps.cost_model``), GPU side
-only: the inner model's step time x ``gpu_scale``, without the host and graph-less (eager)
-terms, which are not kernel time.  Heavy steps (prefill work, at least the power data's
-``heavy_tokens``) are priced at the profile's price and at the power cap's full-clock and capped
-ratios (:mod:`latsim.costmodel.power`), between which a live step falls.
+cost model for the run's catalog model on the GPU the trace recorded (``gpu_name``; the H200 for
+the traces from before it was kept; ``--device`` and ``--profile`` choose another GPU or a fitted
+profile folder; ``graphless_steps.cost_model``), GPU side only: the inner model's step time x
+``gpu_scale``, without the host and graph-less (eager) terms, which are not kernel time.  Heavy
+steps (prefill work, at least the power data's ``heavy_tokens``) are priced at the profile's
+price and at the power cap's full-clock and capped ratios (:mod:`latsim.costmodel.power`),
+between which a live step falls.
 
 A step's shape is rebuilt from its row:
 
@@ -26,6 +28,7 @@ decode attention, :meth:`CalibratedCostModel.attention_s`), and their ratio; ``-
 one row per step.
 
     python scripts/trace_vs_model.py data/traces/h200/llama-3.1-8b-mixed [--csv steps_vs_model.csv]
+    python scripts/trace_vs_model.py data/traces/h100/s41/llama-3.1-8b [--profile COPY]
 """
 
 from __future__ import annotations
