@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from latsim.costmodel.profile.tables import read_shard, shard_path, write_shard
 from tests.script_module import load_script
@@ -112,12 +113,14 @@ def test_update_at_most_a_row_count_and_only_known_points(tmp_path: Path) -> Non
     assert source["rows_taken"] == 2 and source["at_most"] == "M<=512" and source["known_points"] is True
 
 
-def test_the_command_line_rejects_a_bound_that_is_no_number(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flag", "text", "why"), [("--at-most", "M=lots", "'lots' is not a number"),
+                                                   ("--at-least", "M", "expected COLUMN=VALUE")])
+def test_the_command_line_rejects_a_bound_it_cannot_read(tmp_path: Path, flag: str, text: str, why: str) -> None:
     profile = _folder(tmp_path / "profile", ["a"], "old", "2026-01-01")
     run = _folder(tmp_path / "run", ["a"], "new", "2026-02-02")
     done = subprocess.run([sys.executable, str(SCRIPT), "--profile", str(profile), "--run", str(run), "--family",
-                           "attention", "--mode", "update", "--at-most", "M=lots"], capture_output=True, text=True)
-    assert done.returncode == 2 and "'lots' is not a number" in done.stderr
+                           "attention", "--mode", "update", flag, text], capture_output=True, text=True)
+    assert done.returncode == 2 and why in done.stderr
 
 
 def test_a_band_of_rows_between_two_bounds(tmp_path: Path) -> None:
@@ -131,11 +134,3 @@ def test_a_band_of_rows_between_two_bounds(tmp_path: Path) -> None:
     merged = read_shard(shard_path(profile, "attention"))
     assert sorted(merged["point_id"]) == ["a", "c", "d"]
     assert source["at_least"] == "M>=514" and source["at_most"] == "M<=767" and source["rows_taken"] == 2
-
-
-def test_the_command_line_rejects_a_lower_bound_that_is_no_number(tmp_path: Path) -> None:
-    profile = _folder(tmp_path / "profile", ["a"], "old", "2026-01-01")
-    run = _folder(tmp_path / "run", ["a"], "new", "2026-02-02")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--profile", str(profile), "--run", str(run), "--family",
-                           "attention", "--mode", "append", "--at-least", "M"], capture_output=True, text=True)
-    assert done.returncode == 2 and "expected COLUMN=VALUE" in done.stderr
