@@ -46,7 +46,7 @@ from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.host import HostOverlapCostModel
 from latsim.deployment import Deployment, EngineConfig
 from latsim.engines.vllm.engine import default_executor
-from latsim.sim.host_report import _cost_model
+from latsim.sim.host_report import _cost_model, host_overlap
 from latsim.validate.compare import chosen_executor, profile_cost_model
 
 FIRST_MATCH_MS = 1.5
@@ -118,12 +118,7 @@ def cost_model(meta: dict[str, Any], speed: float, folder: Path | None = None, d
     engine = EngineConfig(max_num_seqs=ec.get("max_num_seqs"), max_num_batched_tokens=ec.get("max_num_batched_tokens"),
                           max_model_len=max_len, num_gpu_blocks=ec.get("num_gpu_blocks"), host_speed=speed)
     deployment = Deployment(model=model, device=load_device(device), engine=engine)
-    if profile is None:
-        return _cost_model(deployment)
-    cm = profile_cost_model(deployment, profile)
-    if not isinstance(cm, HostOverlapCostModel):
-        raise TypeError(f"expected the host-overlap cost model, got {type(cm).__name__}")
-    return cm
+    return _cost_model(deployment) if profile is None else host_overlap(profile_cost_model(deployment, profile))
 
 
 def engine_arg(meta: dict[str, Any], key: str) -> Any:

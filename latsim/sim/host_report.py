@@ -136,7 +136,12 @@ class _Tally:
 
 def _cost_model(deployment: Any) -> HostOverlapCostModel:
     """The deployment's default cost model (the one ``simulate`` builds when given none)."""
-    cm = default_cost_model(deployment, resolve_engine(deployment))
+    return host_overlap(default_cost_model(deployment, resolve_engine(deployment)))
+
+
+def host_overlap(cm: Any) -> HostOverlapCostModel:
+    """``cm`` itself, checked to be the host-overlap cost model (whose host and GPU parts these
+    reports read); TypeError otherwise."""
     if not isinstance(cm, HostOverlapCostModel):
         raise TypeError(f"expected the host-overlap cost model, got {type(cm).__name__}")
     return cm
