@@ -70,7 +70,7 @@ def held_out_levels(root: Path, device: str, fit: str) -> list[Path]:
     not client-bound, whose path ``fit`` does not match."""
     pattern = re.compile(fit)
     keep = []
-    for level in find_runs(root, device):
+    for level in find_runs(root):
         if load_fraction(level.name) is None or pattern.search(level.as_posix()):
             continue
         meta = read_meta(level)

@@ -66,8 +66,10 @@ def band_path(device: str) -> Path:
     return SHIPPED if device == UNRECORDED_GPU else SHIPPED.with_name(f"error_band-{device}.json")
 
 
+@functools.lru_cache(maxsize=1)
 def band_devices() -> tuple[str, ...]:
-    """The GPUs with a shipped band: the H200, then any other with an ``error_band-<device>.json``."""
+    """The GPUs with a shipped band: the H200, then any other with an ``error_band-<device>.json``
+    (listed once per process: every kind check names them)."""
     others = sorted(p.stem.removeprefix("error_band-") for p in SHIPPED.parent.glob("error_band-*.json"))
     return (UNRECORDED_GPU, *others)
 
