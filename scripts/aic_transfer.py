@@ -39,7 +39,7 @@ from latsim.costmodel.profile.regressors import load_predictors
 from latsim.costmodel.profile.store import SHIPPED_DIR, read_json, read_profile
 from latsim.costmodel.profile.transfer import TRANSFER_FILE
 
-GPUS = {"a100": "a100", "l40s": "l40s", "h100": "h100", "h200": "h200-aic", "b200": "b200"}
+GPUS = {"a100": "a100", "l40s": "l40s", "h100": "h100-aic", "h200": "h200-aic", "b200": "b200"}
 FAMILIES = ("gemm", "attn_prefill", "attn_decode", "moe")
 
 

@@ -24,7 +24,7 @@ clock, and its power management brings the same work to the same clock.  On the 
 700 W) with slower, smaller HBM3, whose lower memory power under decode is not modelled.
 
     python scripts/transfer_power.py data/power/h200 --measured latsim/data/calibration/h200 \\
-        --to latsim/data/calibration/h100 [--write]
+        --to latsim/data/calibration/h100-aic [--write]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Give imported profiles the H200's decode-spread table where their decode call is the same kernel.
 
-    python scripts/transfer_spread.py latsim/data/calibration/{a100,b200,h100,l40s,h200-aic}
+    python scripts/transfer_spread.py latsim/data/calibration/{a100,b200,h100-aic,l40s,h200-aic}
 
 ``latsim calibrate --import`` does this for a new import
 (:func:`latsim.calibration.aic_import.transfer_spread`); this applies it to folders imported

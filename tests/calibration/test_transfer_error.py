@@ -34,6 +34,7 @@ def test_devices_say_where_kernel_costs_come_from() -> None:
     from latsim.costmodel.factory import calibration_status
 
     assert calibration_status(load_device("h200")).startswith("measured here")
-    assert calibration_status(load_device("h100")) == "imported (aiconfigurator, vLLM 0.24.0)"
+    assert calibration_status(load_device("h100")).startswith("measured here")
+    assert calibration_status(load_device("b200")) == "imported (aiconfigurator, vLLM 0.24.0)"
     assert calibration_status(load_device("a100")) == "imported (aiconfigurator, vLLM 0.14.0)"
     assert calibration_status(load_device("l4")) == "roofline"

@@ -246,7 +246,7 @@ def test_each_gpu_with_live_runs_has_its_band_file_and_the_rest_fall_back_to_the
     assert eb.band_path("h200") == eb.SHIPPED and eb.band_path("h100").name == "error_band-h100.json"
     assert eb.band_devices()[0] == "h200" and "h100" in eb.band_devices()
     h100 = eb.shipped_band("h100")
-    assert (h100.device, h100.tp) == ("h100", 1) and "imported" in h100.cost_model
+    assert (h100.device, h100.tp, h100.cost_model) == ("h100", 1, "calibrated")
     assert eb.shipped_band("a100").device == "h200"  # no live runs: its kind check says so
     kind = {k: v for k, v in MEASURED.items() if k not in ("saturation", "host_ratio")}
     assert "h200, h100 runs only" in eb.kind_why(h100, **{**kind, "device": "a100"})
