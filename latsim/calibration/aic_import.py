@@ -166,9 +166,13 @@ def import_profile(
     allow_partial: bool = False,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Import ``path`` (format ``fmt``) as ``device``'s profile in ``out``; returns the fit report."""
+    """Import ``path`` (format ``fmt``) as ``device``'s profile in ``out`` (default: the device's
+    shipped folder); returns the fit report.  ValueError when ``out`` holds a profile measured here
+    (an import would overwrite some of its tables and leave the rest beside them)."""
     if fmt not in FORMATS:
         raise ValueError(f"--import {fmt!r} is not a known database format; accepted: {', '.join(FORMATS)}")
+    out = Path(out) if out is not None else shipped_profile_dir(device.name)
+    _refuse_measured(out)
     db = load_source(path, device.name, version, allow_partial)
     memory, memory_report, over = _reference_memory(seed)
     tables, chosen = convert_all(db, seed)
@@ -184,7 +188,6 @@ def import_profile(
     if device.name in SAME_CHIP:
         tables["gemm"] = corrected_gemm(tables["gemm"])
         profile["adjustments"]["gemm_harness"] = harness_record(tables["gemm"])
-    out = Path(out) if out is not None else shipped_profile_dir(device.name)
     out.mkdir(parents=True, exist_ok=True)
     profile["not_measured"]["decode_spread"] = transfer_spread(out, profile)
     for family, df in tables.items():
@@ -202,6 +205,16 @@ def import_profile(
     }
     atomic_write_text(out / "fit_report.json", json.dumps(report, indent=1) + "\n")
     return report
+
+
+def _refuse_measured(out: Path) -> None:
+    """ValueError when ``out`` holds a profile not imported (one ``latsim calibrate`` measured)."""
+    if not (out / PROFILE).is_file():
+        return
+    backend = json.loads((out / PROFILE).read_text()).get("backend")
+    if backend != "imported":
+        raise ValueError(f"--out {out} holds a profile measured here (backend {backend!r}); an import would mix "
+                         f"into it: give --out a new folder (e.g. {out.with_name(out.name + '-aic')})")
 
 
 def transfer_spread(out: Path, profile: dict[str, Any]) -> str:

@@ -264,12 +264,18 @@ def test_cli_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     make_db(tmp_path / "src")
+    measured = tmp_path / "measured"
+    measured.mkdir()
+    (measured / "profile.json").write_text(json.dumps({"device": "h100", "backend": "cuda"}))
+    out = str(tmp_path / "out")
     for argv, needle in (
-        (["--import", "aiconfigurator", str(tmp_path / "src"), "--device", "a100"], "absent"),
-        (["--import", "other", str(tmp_path / "src"), "--device", "h100"], "accepted: aiconfigurator"),
-        (["--import", "aiconfigurator", str(tmp_path / "src")], "needs --device"),
+        (["--import", "aiconfigurator", str(tmp_path / "src"), "--device", "a100", "--out", out], "absent"),
+        (["--import", "other", str(tmp_path / "src"), "--device", "h100", "--out", out], "accepted: aiconfigurator"),
+        (["--import", "aiconfigurator", str(tmp_path / "src"), "--out", out], "needs --device"),
+        (["--import", "aiconfigurator", str(tmp_path / "src"), "--device", "h100", "--out", str(measured)],
+         "measured here"),
     ):
-        monkeypatch.setattr(sys, "argv", ["latsim", "calibrate", *argv, "--out", str(tmp_path / "out")])
+        monkeypatch.setattr(sys, "argv", ["latsim", "calibrate", *argv])
         with pytest.raises(SystemExit) as exc:
             main()
         err = capsys.readouterr().err
