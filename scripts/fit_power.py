@@ -1,4 +1,4 @@
-"""Fit the H200's power-cap terms from ``data/power/h200`` and write them beside its profile.
+"""Fit a GPU's power-cap terms from its ``data/power/<gpu>`` probes and write them beside its profile.
 
     python scripts/fit_power.py data/power/h200 --profile latsim/data/calibration/h200 [--write]
 
@@ -37,7 +37,10 @@ What is fitted (the model: :mod:`latsim.costmodel.power`):
   ``s28/pw4-llama-3.1-8b``, set the ramp; the GPTQ and FP8 70B on checkpoint-like weights,
   ``s28/pw5-llama-3.1-70b-gptq`` and ``s28/pw6-llama-3.1-70b-fp8``, their classes' weights on
   it), and from their ``graphless`` scenarios each class's capped ratio in light steps.  Without
-  pairs, no decode cap.
+  pairs, no decode cap.  With ``--prompt-weight``, ``prompt_rate_weight`` too: the factor by which
+  the power probe's sustained bf16 GEMM runs' tensor rates fall on that ramp
+  (``power_decode.gemm_points``; the H100's, where the whole-rate state read its live levels' clock
+  two to nine times too capped, ``data/power/README.md``); without it the field is left out (1).
 
 Without ``--write`` it prints the fit; with it, writes ``<profile>/power.json`` (atomically)
 with the values, the pairs, the fit's residual and the sources' sha256.
@@ -60,6 +63,7 @@ from power_decode import (  # type: ignore[import-not-found]  # scripts/
     fit_light_ratios,
     fit_ramp,
     fit_weight,
+    gemm_points,
     light_points,
     probe_clocks,
     run_and_series,
@@ -288,7 +292,7 @@ def fit_dynamics(power: dict[str, Any], full_ms: float) -> dict[str, Any]:
 
 
 def fit_decode_cap(pairs: list[tuple[Path, Path]], power: dict[str, Any], profile: Path, budget_s: float,
-                   gemm_full_ms: float) -> dict[str, Any]:
+                   gemm_full_ms: float, prompt_weight: bool = False) -> dict[str, Any]:
     """The tensor-rate state's ramp (``scripts/power_decode.py``) over every decode scenario of the
     runs, with the probe's two clocks it measured shares against, and its time constant: the one
     at which back-to-back bf16 GEMMs from idle (the 8,160-row gate_up at ``gemm_full_ms``, its
@@ -299,6 +303,12 @@ def fit_decode_cap(pairs: list[tuple[Path, Path]], power: dict[str, Any], profil
     weights = {cls: fit_weight(group, fit["decode_onset_tflops"], fit["decode_full_tflops"])
                for cls, group in points[points["gemm_class"] != "bf16"].groupby("gemm_class")}
     fit["rate_weights"] = {cls: w["weight"] for cls, w in weights.items()}
+    if prompt_weight:
+        gemms = gemm_points(power, clocks)
+        prompt = fit_weight(gemms, fit["decode_onset_tflops"], fit["decode_full_tflops"])
+        fit["prompt_rate_weight"] = prompt["weight"]
+        fit["prompt_rate_fit"] = {**prompt, "runs": [{k: (round(v, 3) if isinstance(v, float) else v)
+                                                      for k, v in r.items()} for r in gemms.to_dict("records")]}
     fit["rate_weight_fits"] = weights
     fit.update(fit_light_ratios(pd.concat([light_points(run, smi, clocks) for run, smi in pairs], ignore_index=True)))
     gemm_tflops = 2e-12 * CHUNK * GATE_UP[0] * GATE_UP[1] / (gemm_full_ms / 1e3)
@@ -345,6 +355,9 @@ def main() -> None:
     ap.add_argument("--decode-trace", action="append", default=[], metavar="RUN=SMI",
                     help="a device_trace.py run of stamped decode scenarios and the nvidia-smi series beside it "
                          "(repeatable): fits the decode cap")
+    ap.add_argument("--prompt-weight", action="store_true",
+                    help="with --decode-trace: fit how much of a prompt step's own tensor rate counts on the ramp "
+                         "from the power probe's sustained GEMM runs (without: all of it, as the H200's was fitted)")
     args = ap.parse_args()
     probes = load_probes(args.folder)
     prefill, power, int4, shapes = probes["prefill"], probes["power"], probes["int4"], probes["shapes"]
@@ -362,7 +375,7 @@ def main() -> None:
     gemms = class_ratios(gemm_pairs, layer_ratios(shapes, gemm, window))
     decode_pairs = [run_and_series(text) for text in args.decode_trace]
     decode_cap = (fit_decode_cap(decode_pairs, power, args.profile, dynamics["budget_s"],
-                                 pairs_by_class["bf16"][0]["full_ms"]) if decode_pairs else None)
+                                 pairs_by_class["bf16"][0]["full_ms"], args.prompt_weight) if decode_pairs else None)
     result = {
         "full_clock_ratio": float(np.median(full)), "capped_ratio": float(np.median(capped)),
         **{k: dynamics[k] for k in ("budget_s", "refill")},
@@ -382,6 +395,7 @@ def main() -> None:
                                                                *(["--capped-window", *map(str, window)]
                                                                  if args.capped_window else []),
                                                                *(f"--decode-trace {t}" for t in args.decode_trace),
+                                                               *(["--prompt-weight"] if args.prompt_weight else []),
                                                                "--write"]),
     }
     print(json.dumps({k: v for k, v in result.items() if k != "sources"}, indent=1))

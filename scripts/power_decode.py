@@ -14,7 +14,8 @@ series beside it (``--query-gpu=timestamp,clocks.sm,power.draw,...``), gives per
 
 :func:`fit_ramp` fits ``decode_onset_tflops`` / ``decode_full_tflops`` (share 0 below the onset,
 1 above the full rate, linear between) by least squares over the bf16 scenarios, and
-:func:`fit_weight` each other class's weight (its rate's factor on that ramp).
+:func:`fit_weight` each other class's weight (its rate's factor on that ramp), and the weight of
+a prompt's own GEMM work from the power probe's sustained GEMM runs (:func:`gemm_points`).
 
 A run's ``graphless`` scenarios with decoders (a prompt's step beside them) give each GEMM class
 its capped ratio in light steps (:func:`light_points`, :func:`fit_light_ratios`): the prompt's
@@ -173,6 +174,26 @@ def fit_weight(points: pd.DataFrame, onset: float, full: float) -> dict[str, Any
     best = int(np.argmin(sse))
     return {"weight": float(WEIGHT_GRID[best]), "rms_share_error": float(np.sqrt(sse[best] / len(x))),
             "scenarios": len(x)}
+
+
+def gemm_points(power: dict[str, Any], clocks: tuple[float, float]) -> pd.DataFrame:
+    """One row per sustained bf16 GEMM run of ``power_probe.json.gz`` (not the duty cycles): its
+    tensor rate (TFLOP/s, ``2 M K N`` over the median call of the run's second half) and the share
+    of the way to the capped clock of the median clock over the same half.  A prompt's step is
+    GEMM work like this; :func:`fit_weight` on these rows says how much of its rate counts on the
+    decoders' ramp (``power.json``'s ``prompt_rate_weight``)."""
+    rows = []
+    for row in power["rows"]:
+        if row.get("kernel") != "gemm" or row.get("dtype") != "bf16" or not row.get("clocks") or not row.get("calls"):
+            continue
+        ms = np.array([call[1] for call in row["calls"]], dtype=float)
+        mhz = np.array([float(sample.split(",")[1]) for sample in row["clocks"]])
+        tflops = 2e-9 * row["M"] * row["K"] * row["N"] / float(np.median(ms[len(ms) // 2:]))
+        rows.append({"run": "power probe", "scenario": f"bf16 GEMM {row['K']}x{row['N']} M={row['M']} sustained",
+                     "tflops": tflops, "share": float(clock_share(float(np.median(mhz[len(mhz) // 2:])), clocks))})
+    if not rows:
+        raise ValueError("power probe: no sustained bf16 GEMM runs with calls and clocks")
+    return pd.DataFrame(rows)
 
 
 LIGHT_MIN_SHARE = 0.5

@@ -8,7 +8,8 @@
    the seconds of a sustained run, and duty cycles;
 3. ``smi-<run>.csv[.gz]``: the SM clock and power over a live run's levels (``nvidia-smi`` every
    100-200 ms), cut by each level's start and duration from its ``meta.json``; ``runs.json`` names
-   each such file and its run folder (from the repository root).
+   each such file and its run folder (from the repository root), or a list of them where one engine
+   start ran several shapes.
 
     python scripts/power_summary.py --trace data/traces/h200/RUN data/power/h200/smi-RUN.csv.gz
 
@@ -131,6 +132,12 @@ def trace_clocks(smi_csv: Path, trace_dir: Path) -> pd.DataFrame:
     return pd.DataFrame([_cut(smi, sc["scenario"]["label"], sc["started_at"], sc["seconds"]) for sc in scenarios])
 
 
+def series_runs(runs: dict[str, str | list[str]]) -> list[tuple[str, str]]:
+    """``(series file, run folder)`` pairs of a ``runs.json`` mapping, sorted: a series names one
+    run folder, or a list of them where one engine start ran several shapes."""
+    return sorted((name, run) for name, named in runs.items() for run in ([named] if isinstance(named, str) else named))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", type=Path, help="data/power/h200, or with --trace a device_trace.py run")
@@ -147,7 +154,7 @@ def main() -> None:
     with gzip.open(args.folder / "power_probe.json.gz", "rt") as f:
         print(power_table(json.load(f)).to_string(index=False))
     runs = json.loads((args.folder / "runs.json").read_text())
-    for name, run in sorted(runs.items()):  # the series beside live runs (those beside traces: --trace)
+    for name, run in series_runs(runs):  # the series beside live runs (those beside traces: --trace)
         print(f"{name} ({run})")
         print(live_clocks(args.folder / name, Path(run)).to_string(index=False))
 

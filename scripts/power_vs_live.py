@@ -13,6 +13,11 @@ level's wall time:
   (``power_decode.fit_ramp``, as ``fit_power.py --decode-trace`` fits it; decode runs at their
   first step's rate), over the level's duration.
 
+- ``state_model``: the level replayed with the profile's whole power model (``--profile``'s
+  ``power.json``, its ``decode_cap`` included): at every step with prompt work the share the
+  tensor-rate state gives it, held from the previous such step to this one's end (the state the
+  model keeps between them), over the level's duration.  Only with a ``decode_cap``.
+
 The decode cap covers only decoding's draw: levels whose prompts are long (prefill at the cap,
 the budget's part of the model) read above it by design; short-prompt levels should agree.
 """
@@ -36,7 +41,7 @@ from power_decode import (  # type: ignore[import-not-found]  # scripts/
     ramp,
     run_and_series,
 )
-from power_summary import read_smi, window  # type: ignore[import-not-found]  # scripts/ is on the path
+from power_summary import read_smi, series_runs, window  # type: ignore[import-not-found]  # scripts/ is on the path
 
 
 class ShareTally:
@@ -72,8 +77,49 @@ class ShareTally:
         return prices
 
 
+class StateTally:
+    """While open, sums the share :class:`~latsim.costmodel.power.PowerClock` gives each step with
+    prompt work, times the span since the previous one (``share_s``): the model's clock state
+    integrated over the replay (one replica)."""
+
+    def __init__(self) -> None:
+        self.share_s = 0.0
+
+    def __enter__(self) -> StateTally:
+        from latsim.costmodel.power import PowerClock
+
+        self._original = original = PowerClock._rate_share
+        tally = self
+
+        def counted(clock: Any, cap: Any, cost: Any, shape: Any, start: float, dur: float, heavy: bool) -> float:
+            since = clock.rate_at if clock.rate_at > -np.inf else start
+            share = float(original(clock, cap, cost, shape, start, dur, heavy))
+            tally.share_s += share * (start + dur - since)
+            return share
+
+        PowerClock._rate_share = counted  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from latsim.costmodel.power import PowerClock
+
+        PowerClock._rate_share = self._original  # type: ignore[method-assign]
+
+
+def state_share(run: Any, deployment: Any, profile: Path, duration_s: float) -> float:
+    """The level replayed with ``profile``'s cost model and power data: :class:`StateTally`'s
+    integrated share over ``duration_s``."""
+    from latsim.sim.simulate import simulate
+    from latsim.validate.compare import profile_cost_model
+
+    cost = profile_cost_model(deployment, profile)
+    with StateTally() as tally:
+        simulate(deployment, run.to_trace(), seed=0, cost_model=cost)
+    return tally.share_s / duration_s
+
+
 def level_shares(run_dir: Path, smi: pd.DataFrame, device: str, clocks: tuple[float, float],
-                 ramp_terms: tuple[float, float]) -> list[dict[str, Any]]:
+                 ramp_terms: tuple[float, float], profile: Path | None = None) -> list[dict[str, Any]]:
     """One row per level of ``run_dir``: measured and modelled decode-cap shares (module note)."""
     from latsim.deployment import resolve_engine
     from latsim.measure.records import load_run
@@ -92,7 +138,9 @@ def level_shares(run_dir: Path, smi: pd.DataFrame, device: str, clocks: tuple[fl
         rows.append({"run": run_dir.name, "level": level.name, "samples": len(cut),
                      "measured": round(measured, 3),
                      "decode_model": round(tally.capped_s / float(meta["duration_s"]), 3),
-                     "busy_model": round(tally.busy_s / float(meta["duration_s"]), 2)})
+                     "busy_model": round(tally.busy_s / float(meta["duration_s"]), 2),
+                     **({"state_model": round(state_share(run, deployment, profile, float(meta["duration_s"])), 3)}
+                        if profile is not None else {})})
     return rows
 
 
@@ -112,12 +160,14 @@ def main() -> None:
     points = pd.concat([decode_points(run, smi, args.profile, clocks) for run, smi in pairs])
     fit = fit_ramp(points[points["gemm_class"] == "bf16"])
     ramp_terms = (fit["decode_onset_tflops"], fit["decode_full_tflops"])
+    has_state = "decode_cap" in json.loads((args.profile / "power.json").read_text())
     print(f"ramp {ramp_terms[0]:.0f}-{ramp_terms[1]:.0f} TFLOP/s, clocks {clocks[0]:.0f} / {clocks[1]:.0f} MHz")
     rows = []
-    for series, run in sorted(json.loads((args.folder / "runs.json").read_text()).items(), key=lambda kv: kv[1]):
+    for series, run in sorted(series_runs(json.loads((args.folder / "runs.json").read_text())), key=lambda kv: kv[1]):
         if not re.search(args.runs, run) or not Path(run).is_dir():
             continue
-        rows += level_shares(Path(run), read_smi(args.folder / series), args.device, clocks, ramp_terms)
+        rows += level_shares(Path(run), read_smi(args.folder / series), args.device, clocks, ramp_terms,
+                             args.profile if has_state else None)
     pd.set_option("display.width", 200)
     print(pd.DataFrame(rows).to_string(index=False))
 

@@ -43,7 +43,11 @@ way to the capped clock a ramp in it (:meth:`PowerCap.decode_share`): 0 at or be
 - The state is advanced at every step with prompt work: since the last such step the GPU ran
   this step's decoders (at their decode-only rate,
   :meth:`~latsim.costmodel.calibrated.CalibratedCostModel.decode_tflops`; none: idle), then this
-  step at its own rate (all its tokens over its price).
+  step at its own rate (all its tokens over its price) times ``prompt_rate_weight``: the GEMMs of
+  a prompt's step draw less power per FLOP than the decode steps the ramp was fitted on, whose
+  attention streams the KV cache (on the H100 its sustained bf16 GEMMs of 256-2,048 rows sit on
+  the ramp at 0.37-0.44 of their FLOP rate, ``scripts/fit_power.py --prompt-weight``; absent: 1,
+  as the H200's file was fitted).
 - A light step pays its heavy seconds ``1 + s x (capped - 1)`` times (its price as the profile
   timed it: bf16 rows at full clock, so the cap's 1.15), ``capped`` the class's ``light_ratios``
   entry where measured (quantized prompt steps beside decoders at the cap: their pairs, from
@@ -109,6 +113,9 @@ class PowerCap:
     rate_weights: tuple[tuple[str, float], ...] = ()
     """``(GEMM class, weight)``: how much of the tensor-rate state a class's FLOP counts for,
     measured against bf16's (the ramp's own); classes without one: bf16's peak over theirs."""
+    prompt_rate_weight: float = 1.0
+    """How much of a step with prompt work's own tensor rate counts in the state, against the
+    decode steps' rate the ramp was fitted on (1: all of it)."""
 
     def __post_init__(self) -> None:
         checks: dict[str, tuple[bool, Any]] = {  # the name shown -> (in range, the value shown)
@@ -118,6 +125,7 @@ class PowerCap:
             "refill": (0.0 < self.refill < 100.0, self.refill),
             "heavy_tokens": (self.heavy_tokens >= 1, self.heavy_tokens),
             "decode_tau_s": (0.0 < self.decode_tau_s < 100.0, self.decode_tau_s),
+            "prompt_rate_weight": (0.0 < self.prompt_rate_weight <= 4.0, self.prompt_rate_weight),
             "rate_weights": (all(name in GEMM_CLASSES and 0.0 < w <= 4.0 for name, w in self.rate_weights),
                              self.rate_weights),
             "light_ratios": (all(name in GEMM_CLASSES and 0.5 <= r <= 2.0 for name, r in self.light_ratios),
@@ -134,7 +142,7 @@ class PowerCap:
             raise ValueError(f"power cap {self.source or '(argument)'}: {bad} out of range (ratios "
                              "0.5-2, budget_s in [0, 10), refill in (0, 100), heavy_tokens >= 1, "
                              "0 <= decode_onset_tflops < decode_full_tflops, decode_tau_s in (0, 100), "
-                             "rate weights in (0, 4], GEMM classes "
+                             "rate weights and prompt_rate_weight in (0, 4], GEMM classes "
                              f"{', '.join(GEMM_CLASSES)})")
 
     def is_heavy(self, shape: Any) -> bool:
@@ -194,11 +202,12 @@ def load_power_cap(folder: Path) -> PowerCap | None:
         decode = {name: float(ramp[name]) for name in DECODE_FIELDS} if ramp else {}
         weights = tuple((str(k), float(v)) for k, v in sorted((ramp or {}).get("rate_weights", {}).items()))
         light = tuple((str(k), float(v)) for k, v in sorted((ramp or {}).get("light_ratios", {}).items()))
+        prompt_weight = float((ramp or {}).get("prompt_rate_weight", 1.0))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a power-cap file ({exc!r}); rebuild it with scripts/fit_power.py") from exc
     return PowerCap(float(values["full_clock_ratio"]), float(values["capped_ratio"]), float(values["budget_s"]),
                     float(values["refill"]), int(values["heavy_tokens"]), str(path), gemms, rate_weights=weights,
-                    light_ratios=light, **decode)
+                    light_ratios=light, prompt_rate_weight=prompt_weight, **decode)
 
 
 class PowerClock:
@@ -254,7 +263,7 @@ class PowerClock:
         decoders = cost.decode_tflops(shape) if shape.decode_seqs > 0 else 0.0
         tau = cap.decode_tau_s
         before = decoders + (self.rate - decoders) * math.exp(-(start - self.rate_at) / tau)
-        own = cost.tflop_per_token * shape.num_tokens / dur if dur > 0.0 else 0.0
+        own = cap.prompt_rate_weight * cost.tflop_per_token * shape.num_tokens / dur if dur > 0.0 else 0.0
         after = own + (before - own) * math.exp(-dur / tau) if dur > 0.0 else before
         self.rate, self.rate_at = after, start + dur
         return cap.decode_share(before if heavy_step else 0.5 * (before + after))

@@ -160,6 +160,21 @@ def test_the_shipped_h200_profile_carries_its_fitted_power_cap() -> None:
     assert min(gemm_r[1], attn_r[1]) < capped < max(gemm_r[1], attn_r[1])
 
 
+def test_the_shipped_h100_profile_counts_a_prompt_step_s_rate_at_its_fitted_weight() -> None:
+    """The H100's own cap (fitted from its probes and decode traces) weighs a prompt step's own
+    tensor rate below the decoders' (its sustained GEMMs sit low on the decode-fitted ramp); the
+    H200's, fitted before the weight existed, counts it whole; the H100's import has no cap."""
+    from latsim.catalog.lookup import load_device, load_model
+    from latsim.costmodel.calibrated import load_calibrated
+
+    h100 = load_calibrated(load_model("llama-3.1-8b"), load_device("h100"))
+    h200 = load_calibrated(load_model("llama-3.1-8b"), load_device("h200"))
+    assert h100.power is not None and h200.power is not None
+    assert h100.power.has_decode_cap and 0.0 < h100.power.prompt_rate_weight < 1.0
+    assert h200.power.prompt_rate_weight == 1.0
+    assert load_power_cap(Path(h100.power.source).parents[1] / "h100-aic") is None
+
+
 def test_the_duty_cycles_of_the_measurement_order_as_measured() -> None:
     """Calls of 2.3 ms, ``on_ms`` busy and ``off_ms`` idle: the model's mean ratio over the last
     cycles falls as the pause grows, as the probe measured (200/50 hot, 100/100 between, 50/200
@@ -208,6 +223,23 @@ def test_a_prompt_beside_steady_heavy_decoding_runs_at_the_capped_clock_and_deco
     assert PowerClock().end(RateCost(50.0), PROMPT_BESIDE, 10.0, 10.05) == 10.05  # light decoding: full clock
 
 
+def test_prompt_steps_own_rate_counts_by_its_weight_in_the_state() -> None:
+    """Back-to-back prompt steps with no decoders: at their own 800 TFLOP/s the state climbs past
+    the ramp's top (capped); weighted 0.25 it settles at 200, half way up the ramp."""
+    lone = BatchShape.from_chunks([(640, 0)], [])
+
+    def settled(cap: PowerCap) -> float:
+        clock, cost = PowerClock(), RateCost(0.0, cap=cap)
+        cost.tflop_per_token = 800.0 * 0.05 / 640  # 800 TFLOP/s over a 0.05 s step
+        ends = [clock.end(cost, lone, 0.05 * i, 0.05 * (i + 1)) - 0.05 * i for i in range(200)]
+        return ends[-1]
+
+    assert settled(RAMP) == pytest.approx(0.05 * 1.2)
+    assert settled(dataclasses.replace(RAMP, prompt_rate_weight=0.25)) == pytest.approx(0.05 * 1.1, rel=1e-3)
+    with pytest.raises(ValueError, match="prompt_rate_weight"):
+        dataclasses.replace(RAMP, prompt_rate_weight=0.0)
+
+
 def test_the_tensor_rate_state_cools_over_idle_time() -> None:
     clock = PowerClock()
     clock.end(RateCost(900.0), PROMPT_BESIDE, 0.0, 0.05)
@@ -232,6 +264,10 @@ def test_the_tensor_rate_terms_are_checked_and_loaded(tmp_path: Path) -> None:
     weighted = load_power_cap(tmp_path)
     assert weighted is not None and weighted.rate_weight("int4") == 0.66
     assert weighted.rate_weight("bf16") == 1.0 and weighted.rate_weight("fp8") is None
+    assert weighted.prompt_rate_weight == 1.0  # absent: every step's own rate counts whole
+    (tmp_path / "power.json").write_text(json.dumps({**terms, "decode_cap": {**ramp, "prompt_rate_weight": 0.46}}))
+    prompt = load_power_cap(tmp_path)
+    assert prompt is not None and prompt.prompt_rate_weight == 0.46
     with pytest.raises(ValueError, match="rate_weights"):
         PowerCap(**terms, rate_weights=(("int3", 0.5),))  # type: ignore[arg-type]
     (tmp_path / "power.json").write_text(json.dumps({**terms, "decode_cap": {"decode_onset_tflops": 80.0}}))
