@@ -11,7 +11,9 @@
 # (msteps-high) are re-timed at the full clock where the cool grid measured them.  All-reduce is
 # not measured on one GPU: comm.parquet/allreduce.json come from the imported H100 profile, as
 # does the decode-spread table (transferred from the H200 there).  Runs `latsim calibrate
-# --fit-only` at the end.
+# --fit-only` at the end.  The profile's power.json is not built here: it is fitted over the
+# shipped folder by scripts/fit_power.py (the command it records; data/power/README.md, "The
+# H100's own power fit"), and records that folder's paths.
 set -euo pipefail
 out=${1:?usage: native_h100_profile.sh OUT_DIR}
 k=data/kernels
