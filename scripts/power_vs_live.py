@@ -80,7 +80,8 @@ class ShareTally:
 class StateTally:
     """While open, sums the share :class:`~latsim.costmodel.power.PowerClock` gives each step with
     prompt work, times the span since the previous one (``share_s``): the model's clock state
-    integrated over the replay (one replica)."""
+    integrated over the replay (one replica).  It wraps ``PowerClock._rate_share`` for the
+    duration (a diagnostic's hook; the simulator itself keeps no such tally)."""
 
     def __init__(self) -> None:
         self.share_s = 0.0

@@ -67,3 +67,23 @@ def test_the_clock_share_is_zero_at_full_clock_and_one_at_the_cap() -> None:
     assert decode.clock_share(1980.0, (1980.0, 1455.0)) == 0.0
     assert decode.clock_share(1455.0, (1980.0, 1455.0)) == pytest.approx(1.0)
     assert 0.0 < decode.clock_share(1700.0, (1980.0, 1455.0)) < 1.0
+
+
+def test_the_power_probe_s_gemm_runs_give_the_prompt_weight_that_made_them() -> None:
+    """Sustained GEMM runs whose clocks sit where a 0.5 weight puts their rates on the ramp give
+    0.5 back; duty cycles and non-GEMM rows are skipped; a probe without such runs is named."""
+    clocks, onset, full = (1980.0, 1360.0), 100.0, 340.0
+    rows = [{"kernel": "gemm-duty", "dtype": "bf16", "M": 8160, "K": 4096, "N": 28672, "on_ms": 50,
+             "calls": [[0.0, 9.0]], "clocks": ["t, 1980, 0, 0"]},
+            {"kernel": "attention", "case": "prefill", "calls": [[0.0, 1.0]], "clocks": ["t, 1500, 0, 0"]}]
+    for m, ms in ((256, 0.12), (537, 0.30), (2048, 0.70)):
+        rate = 2e-9 * m * 4096 * 28672 / ms
+        share = float(decode.ramp([0.5 * rate], onset, full)[0])
+        mhz = clocks[0] / (1.0 + share * (clocks[0] / clocks[1] - 1.0))
+        rows.append({"kernel": "gemm", "dtype": "bf16", "M": m, "K": 4096, "N": 28672,
+                     "calls": [[0.0, ms]] * 10, "clocks": [f"t, {mhz}, 0, 0"] * 10})
+    points = decode.gemm_points({"rows": rows}, clocks)
+    assert len(points) == 3 and points["share"].between(0.0, 1.0).all()
+    assert decode.fit_weight(points, onset, full)["weight"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="sustained bf16 GEMM"):
+        decode.gemm_points({"rows": rows[:2]}, clocks)
