@@ -41,6 +41,12 @@ RAMP_GRID = np.arange(0.0, 801.0, 1.0)
 """Candidate onset and full rates (TFLOP/s) of the ramp's least-squares grid."""
 
 
+def sample_mhz(row: dict[str, Any]) -> np.ndarray:
+    """The SM clock (MHz) of each ``nvidia-smi`` sample beside a power-probe run (``row["clocks"]``:
+    ``timestamp, clocks.sm, ...`` lines)."""
+    return np.array([float(sample.split(",")[1]) for sample in row["clocks"]])
+
+
 def probe_clocks(power: dict[str, Any], heavy_tokens: int) -> tuple[float, float]:
     """``(f_full, f_cap)`` in MHz from ``power_probe.json.gz``'s bf16 GEMM runs: the highest
     median clock of a run (a small GEMM never leaves full clock), and the median over the second
@@ -49,10 +55,10 @@ def probe_clocks(power: dict[str, Any], heavy_tokens: int) -> tuple[float, float
     for row in power["rows"]:
         if row.get("dtype") != "bf16" or "on_ms" in row or not row.get("clocks"):
             continue
-        clocks = [float(sample.split(",")[1]) for sample in row["clocks"]]
+        clocks = sample_mhz(row)
         medians.append(float(np.median(clocks)))
         if row["M"] >= heavy_tokens:
-            capped += clocks[len(clocks) // 2:]
+            capped.extend(clocks[len(clocks) // 2:])
     if not medians or not capped:
         raise ValueError("power probe: no bf16 GEMM runs with clocks (need one sustained run of "
                          f">= {heavy_tokens} rows)")
@@ -187,7 +193,7 @@ def gemm_points(power: dict[str, Any], clocks: tuple[float, float]) -> pd.DataFr
         if row.get("kernel") != "gemm" or row.get("dtype") != "bf16" or not row.get("clocks") or not row.get("calls"):
             continue
         ms = np.array([call[1] for call in row["calls"]], dtype=float)
-        mhz = np.array([float(sample.split(",")[1]) for sample in row["clocks"]])
+        mhz = sample_mhz(row)
         tflops = 2e-9 * row["M"] * row["K"] * row["N"] / float(np.median(ms[len(ms) // 2:]))
         rows.append({"run": "power probe", "scenario": f"bf16 GEMM {row['K']}x{row['N']} M={row['M']} sustained",
                      "tflops": tflops, "share": float(clock_share(float(np.median(mhz[len(mhz) // 2:])), clocks))})

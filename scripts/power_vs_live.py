@@ -8,13 +8,13 @@ level's wall time:
 
 - ``measured``: ``(f_full / f - 1) / (f_full / f_cap - 1)`` per sample of the series, idle
   samples included (f_full and f_cap: the power probe's, ``power_decode.probe_clocks``);
-- ``decode_model``: the level replayed (``latsim validate``'s replay), every step weighted by its
-  price and its decoders' share on the ramp fitted to the ``--decode-trace`` runs
+- ``decode_model``: the level replayed (``latsim validate``'s replay, priced by ``--profile``),
+  every step weighted by its price and its decoders' share on the ramp fitted to the ``--decode-trace`` runs
   (``power_decode.fit_ramp``, as ``fit_power.py --decode-trace`` fits it; decode runs at their
   first step's rate), over the level's duration.
 
-- ``state_model``: the level replayed with the profile's whole power model (``--profile``'s
-  ``power.json``, its ``decode_cap`` included): at every step with prompt work the share the
+- ``state_model``: the same replay's whole power model (``--profile``'s ``power.json``, its
+  ``decode_cap`` included): at every step with prompt work the share the
   tensor-rate state gives it, held from the previous such step to this one's end (the state the
   model keeps between them), over the level's duration.  Only with a ``decode_cap``.
 
@@ -107,25 +107,13 @@ class StateTally:
         PowerClock._rate_share = self._original  # type: ignore[method-assign]
 
 
-def state_share(run: Any, deployment: Any, profile: Path, duration_s: float) -> float:
-    """The level replayed with ``profile``'s cost model and power data: :class:`StateTally`'s
-    integrated share over ``duration_s``."""
-    from latsim.sim.simulate import simulate
-    from latsim.validate.compare import profile_cost_model
-
-    cost = profile_cost_model(deployment, profile)
-    with StateTally() as tally:
-        simulate(deployment, run.to_trace(), seed=0, cost_model=cost)
-    return tally.share_s / duration_s
-
-
 def level_shares(run_dir: Path, smi: pd.DataFrame, device: str, clocks: tuple[float, float],
-                 ramp_terms: tuple[float, float], profile: Path | None = None) -> list[dict[str, Any]]:
-    """One row per level of ``run_dir``: measured and modelled decode-cap shares (module note)."""
-    from latsim.deployment import resolve_engine
+                 ramp_terms: tuple[float, float], profile: Path, state: bool = False) -> list[dict[str, Any]]:
+    """One row per level of ``run_dir``: measured and modelled decode-cap shares (module note), the
+    level replayed once with ``profile``'s cost model; ``state``: with the ``state_model`` column."""
     from latsim.measure.records import load_run
-    from latsim.sim.simulate import default_cost_model, simulate
-    from latsim.validate.compare import replay_deployment
+    from latsim.sim.simulate import simulate
+    from latsim.validate.compare import profile_cost_model, replay_deployment
 
     rows = []
     for level in sorted(p for p in run_dir.iterdir() if (p / "meta.json").exists()):
@@ -134,14 +122,15 @@ def level_shares(run_dir: Path, smi: pd.DataFrame, device: str, clocks: tuple[fl
         measured = float(clock_share(cut["sm"], clocks).clip(lower=0.0).mean())
         run = load_run(level)
         deployment = replay_deployment(run.meta, device)
-        tally = ShareTally(default_cost_model(deployment, resolve_engine(deployment)), ramp_terms)
-        simulate(deployment, run.to_trace(), seed=0, cost_model=tally)
+        tally = ShareTally(profile_cost_model(deployment, profile), ramp_terms)
+        with StateTally() as states:
+            simulate(deployment, run.to_trace(), seed=0, cost_model=tally)
+        duration = float(meta["duration_s"])
         rows.append({"run": run_dir.name, "level": level.name, "samples": len(cut),
                      "measured": round(measured, 3),
-                     "decode_model": round(tally.capped_s / float(meta["duration_s"]), 3),
-                     "busy_model": round(tally.busy_s / float(meta["duration_s"]), 2),
-                     **({"state_model": round(state_share(run, deployment, profile, float(meta["duration_s"])), 3)}
-                        if profile is not None else {})})
+                     "decode_model": round(tally.capped_s / duration, 3),
+                     "busy_model": round(tally.busy_s / duration, 2),
+                     **({"state_model": round(states.share_s / duration, 3)} if state else {})})
     return rows
 
 
@@ -168,7 +157,7 @@ def main() -> None:
         if not re.search(args.runs, run) or not Path(run).is_dir():
             continue
         rows += level_shares(Path(run), read_smi(args.folder / series), args.device, clocks, ramp_terms,
-                             args.profile if has_state else None)
+                             args.profile, has_state)
     pd.set_option("display.width", 200)
     print(pd.DataFrame(rows).to_string(index=False))
 
