@@ -17,7 +17,11 @@ each one a batch of steps of a known composition:
 * ``graphless:in=I,n=N,decodes=D,din=J`` - the same steps, never profiled: D decoders (0: none),
   then N prompts of I tokens one at a time, each sent at a random phase of the decode step;
   per prompt its TTFT, its send time and the decoders' emissions around it (:func:`graphless`),
-  from which the launch of the prompt's step and its end are read (``scripts/graphless_steps.py``).
+  from which the launch of the prompt's step and its end are read (``scripts/graphless_steps.py``);
+* ``prefixed:in=I,prefix=P,n=N`` - prefix-cache hits: one request leaves a shared prefix of P
+  tokens cached, then N prompts of that prefix and I tokens of their own one after another (each
+  alone, one output token): N steps of I new tokens after P cached (``scripts/prefix_steps.py``
+  prices them).
 
 Every scenario is bracketed by a one-second host probe (``host_speed_before`` /
 ``host_speed_after`` in its result), and the host probe's series runs beside them all
@@ -93,7 +97,7 @@ def kernel_class(name: str) -> str:
 def parse_scenario(text: str) -> dict[str, Any]:
     """``kind:key=value,...`` into a dict; ValueError names what is accepted."""
     kinds = {"decode": {"seqs", "in"}, "prefill": {"in", "n"}, "chunked": {"in", "n", "decodes", "din"},
-             "graphless": {"in", "n", "decodes", "din"}}
+             "graphless": {"in", "n", "decodes", "din"}, "prefixed": {"in", "prefix", "n"}}
     kind, _, rest = text.partition(":")
     if kind not in kinds:
         raise ValueError(f"scenario {text!r}: kind must be one of {', '.join(kinds)}")
@@ -199,11 +203,17 @@ class Client:
         self.times: dict[str, list[float]] = {}
         self.sent: dict[str, float] = {}
 
-    async def one(self, rid: str, prompt: int, out: int) -> None:
+    def own_ids(self, key: str, length: int) -> list[int]:
+        """``length`` random token ids from the stream keyed by ``key`` (one key, one sequence)."""
         from latsim.measure.loadgen import prompt_stream
+
+        return prompt_stream(0, key).integers(10, self.vocab, length).tolist()  # type: ignore[no-any-return]
+
+    async def one(self, rid: str, prompt: int, out: int, prefix: list[int] | None = None) -> None:
+        """Send ``prefix`` (token ids; none by default) and ``prompt`` ids of the request's own."""
         from latsim.measure.vllm_driver import vllm_sampling_params
 
-        ids = prompt_stream(0, rid).integers(10, self.vocab, prompt).tolist()
+        ids = (prefix or []) + self.own_ids(rid, prompt)
         self.times[rid], self.sent[rid] = [], time.perf_counter()
         async for o in self.engine.generate({"prompt_token_ids": ids}, vllm_sampling_params(out), request_id=rid):
             self.times[rid].extend([time.perf_counter()] * max(1, len(o.outputs[0].token_ids)))
@@ -274,27 +284,29 @@ async def decode(engine: Any, client: Client, sc: dict[str, Any], window_s: floa
             "profile_wall_s": prof_s, "context_at_profile": [context, context_end]}
 
 
-async def serial_prompts(client: Client, tag: str, n: int, length: int) -> list[float]:
-    """TTFTs of ``n`` prompts sent one after another (one output token each)."""
+async def serial_prompts(client: Client, tag: str, n: int, length: int,
+                         prefix: list[int] | None = None) -> list[float]:
+    """TTFTs of ``n`` prompts sent one after another (one output token each), each ``prefix``
+    (token ids, when given) and then ``length`` ids of its own."""
     out = []
     for j in range(n):
         rid = f"{tag}-p{j}"
-        await client.one(rid, length, 1)
+        await client.one(rid, length, 1, prefix)
         out.append(client.times[rid][0] - client.sent[rid])
     return out
 
 
-async def profiled_prompts(engine: Any, client: Client, sc: dict[str, Any],
-                           tag: str) -> tuple[dict[str, Any], float]:
-    """The scenario's ``n`` prompts of ``in`` tokens one after another, first without the
-    profiler, then again with it on: both sides' TTFTs (ms) and the profiled stretch's wall
-    time, and the ``perf_counter`` at which the unprofiled prompts were done."""
-    ttft = await serial_prompts(client, f"{tag}-u", sc["n"], sc["in"])
+async def profiled_prompts(engine: Any, client: Client, sc: dict[str, Any], tag: str,
+                           prefix: list[int] | None = None) -> tuple[dict[str, Any], float]:
+    """The scenario's ``n`` prompts of ``in`` tokens (after ``prefix`` when given) one after
+    another, first without the profiler, then again with it on: both sides' TTFTs (ms) and the
+    profiled stretch's wall time, and the ``perf_counter`` at which the unprofiled prompts were done."""
+    ttft = await serial_prompts(client, f"{tag}-u", sc["n"], sc["in"], prefix)
     unprofiled_end = time.perf_counter()
     holder: dict[str, list[float]] = {}
 
     async def body() -> None:
-        holder["ttft"] = await serial_prompts(client, f"{tag}-q", sc["n"], sc["in"])
+        holder["ttft"] = await serial_prompts(client, f"{tag}-q", sc["n"], sc["in"], prefix)
 
     prof_s = await _profiled(engine, body)
     return ({"ttft_ms": [1e3 * t for t in ttft], "ttft_profiled_ms": [1e3 * t for t in holder["ttft"]],
@@ -303,6 +315,17 @@ async def profiled_prompts(engine: Any, client: Client, sc: dict[str, Any],
 
 async def prefill(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
     res, _ = await profiled_prompts(engine, client, sc, tag)
+    return res
+
+
+async def prefixed(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
+    """Prefix-cache hits: one request of the scenario's shared ``prefix`` tokens (and ``in`` of its
+    own) leaves the prefix's full blocks cached; then ``n`` prompts of that prefix and ``in``
+    tokens of their own one after another, unprofiled and then profiled (:func:`profiled_prompts`):
+    each finds the prefix's full blocks cached and computes the rest."""
+    ids = client.own_ids(f"{tag}-prefix", sc["prefix"])
+    await client.one(f"{tag}-warm", sc["in"], 1, ids)
+    res, _ = await profiled_prompts(engine, client, sc, tag, ids)
     return res
 
 
@@ -416,6 +439,8 @@ async def scenarios(args: argparse.Namespace, engine: Any, client: Client, out: 
             res = await decode(engine, client, sc, args.window, tag)
         elif sc["kind"] == "prefill":
             res = await prefill(engine, client, sc, tag)
+        elif sc["kind"] == "prefixed":
+            res = await prefixed(engine, client, sc, tag)
         elif sc["kind"] == "graphless":
             res = await graphless(client, sc, tag)
         else:

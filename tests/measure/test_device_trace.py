@@ -141,3 +141,19 @@ def test_resummarize_needs_a_trace_folder(tmp_path: Path, capsys: pytest.Capture
     assert err.value.code == 2 and "no timings.json there" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         trace_script.parse_args(["--model", "phi-3-mini"])
+
+
+def test_prefixed_scenario_takes_its_prefix_length() -> None:
+    sc = trace_script.parse_scenario("prefixed:in=128,prefix=1024,n=12")
+    assert (sc["kind"], sc["in"], sc["prefix"], sc["n"]) == ("prefixed", 128, 1024, 12)
+    with pytest.raises(ValueError, match="missing prefix"):
+        trace_script.parse_scenario("prefixed:in=128,n=12")
+    with pytest.raises(ValueError, match="prefixed takes in, n, prefix as positive integers"):
+        trace_script.parse_scenario("prefixed:in=128,prefix=0,n=12")
+
+
+def test_a_request_sends_the_prefix_then_its_own_ids() -> None:
+    client = trace_script.Client(engine=None, vocab=1000)
+    own = client.own_ids("s0-u-p0", 8)
+    assert own == client.own_ids("s0-u-p0", 8) and own != client.own_ids("s0-u-p1", 8)
+    assert all(10 <= t < 1000 for t in own)
