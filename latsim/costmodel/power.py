@@ -46,8 +46,8 @@ way to the capped clock a ramp in it (:meth:`PowerCap.decode_share`): 0 at or be
   step at its own rate (all its tokens over its price) times ``prompt_rate_weight``: the GEMMs of
   a prompt's step draw less power per FLOP than the decode steps the ramp was fitted on, whose
   attention streams the KV cache (the power probe's sustained bf16 GEMMs of 256-2,048 rows sit
-  on the ramp at 0.46 of their FLOP rate on the H100, 0.45 on the H200: ``scripts/fit_power.py
-  --prompt-weight``; absent: 1, as the H200's file was fitted before the weight existed).
+  on the ramp at 0.46 of their FLOP rate on the H100, 0.44 on the H200: ``scripts/fit_power.py
+  --prompt-weight``; absent: 1, the whole rate).
 - A light step pays its heavy seconds ``1 + s x (capped - 1)`` times (its price as the profile
   timed it: bf16 rows at full clock, so the cap's 1.15), ``capped`` the class's ``light_ratios``
   entry where measured (quantized prompt steps beside decoders at the cap: their pairs, from
