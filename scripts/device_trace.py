@@ -21,7 +21,10 @@ each one a batch of steps of a known composition:
 * ``prefixed:in=I,prefix=P,n=N`` - prefix-cache hits: one request leaves a shared prefix of P
   tokens cached, then N prompts of that prefix and I tokens of their own one after another (each
   alone, one output token): N steps of I new tokens after P cached (``scripts/prefix_steps.py``
-  prices them).
+  prices them);
+* ``shared:seqs=S,in=I,prefix=P,groups=G`` - as ``decode``, each of the S requests one of G
+  shared prefixes of P tokens (cached first) and I tokens of its own: decode steps whose
+  sequences read the same prefix blocks (against ``decode:seqs=S,in=P+I``, which share none).
 
 Every scenario is bracketed by a one-second host probe (``host_speed_before`` /
 ``host_speed_after`` in its result), and the host probe's series runs beside them all
@@ -97,7 +100,8 @@ def kernel_class(name: str) -> str:
 def parse_scenario(text: str) -> dict[str, Any]:
     """``kind:key=value,...`` into a dict; ValueError names what is accepted."""
     kinds = {"decode": {"seqs", "in"}, "prefill": {"in", "n"}, "chunked": {"in", "n", "decodes", "din"},
-             "graphless": {"in", "n", "decodes", "din"}, "prefixed": {"in", "prefix", "n"}}
+             "graphless": {"in", "n", "decodes", "din"}, "prefixed": {"in", "prefix", "n"},
+             "shared": {"seqs", "in", "prefix", "groups"}}
     kind, _, rest = text.partition(":")
     if kind not in kinds:
         raise ValueError(f"scenario {text!r}: kind must be one of {', '.join(kinds)}")
@@ -252,12 +256,14 @@ async def _profiled(engine: Any, body: Any) -> float:
     return time.perf_counter() - t
 
 
-async def start_decoders(client: Client, tag: str, count: int, prompt: int,
-                         out: int) -> tuple[list[str], list[Any], bool]:
-    """``count`` requests decoding in the background: (their ids, their tasks, whether every one
-    had its first token within two minutes); returns half a second after that."""
+async def start_decoders(client: Client, tag: str, count: int, prompt: int, out: int,
+                         prefixes: list[list[int]] | None = None) -> tuple[list[str], list[Any], bool]:
+    """``count`` requests decoding in the background, request j after ``prefixes[j % len]`` when
+    given: (their ids, their tasks, whether every one had its first token within two minutes);
+    returns half a second after that."""
     rids = [f"{tag}-d{j}" for j in range(count)]
-    tasks = [asyncio.ensure_future(client.one(r, prompt, out)) for r in rids]
+    tasks = [asyncio.ensure_future(client.one(r, prompt, out, prefixes[j % len(prefixes)] if prefixes else None))
+             for j, r in enumerate(rids)]
     started = await _until(lambda: all(client.times.get(r) for r in rids), 120)
     await asyncio.sleep(0.5)
     return rids, tasks, started
@@ -271,14 +277,23 @@ async def stop_decoders(engine: Any, rids: list[str], tasks: list[Any]) -> None:
 
 
 async def decode(engine: Any, client: Client, sc: dict[str, Any], window_s: float, tag: str) -> dict[str, Any]:
-    """S decoders; unprofiled gaps over ``window_s``, then a profiled stretch of the same length."""
-    rids, tasks, ok = await start_decoders(client, tag, sc["seqs"], sc["in"], 4000)
+    """S decoders; unprofiled gaps over ``window_s``, then a profiled stretch of the same length.
+    A ``shared`` scenario's decoders share ``groups`` prefixes of ``prefix`` tokens (request j the
+    prefix j mod groups, each cached by a request of its own first) before their ``in`` tokens:
+    their steps read a prefix's KV blocks once for every sequence that shares it."""
+    prefixes = None
+    if sc.get("groups"):
+        prefixes = [client.own_ids(f"{tag}-prefix{g}", sc["prefix"]) for g in range(sc["groups"])]
+        for g, ids in enumerate(prefixes):
+            await client.one(f"{tag}-warm{g}", 16, 1, ids)
+    rids, tasks, ok = await start_decoders(client, tag, sc["seqs"], sc["in"], 4000, prefixes)
     t0 = time.perf_counter()
     await asyncio.sleep(window_s)
     gaps = gaps_in(client, rids, t0, time.perf_counter())
-    context = sc["in"] + _median([float(len(client.times[r])) for r in rids])
+    own = sc["in"] + sc.get("prefix", 0)
+    context = own + _median([float(len(client.times[r])) for r in rids])
     prof_s = await _profiled(engine, lambda: asyncio.sleep(min(window_s, 1.0)))
-    context_end = sc["in"] + _median([float(len(client.times[r])) for r in rids])
+    context_end = own + _median([float(len(client.times[r])) for r in rids])
     await stop_decoders(engine, rids, tasks)
     return {"all_started": ok, "itl_median_ms": 1e3 * (_median(gaps) or float("nan")), "gaps": len(gaps),
             "profile_wall_s": prof_s, "context_at_profile": [context, context_end]}
@@ -435,7 +450,7 @@ async def scenarios(args: argparse.Namespace, engine: Any, client: Client, out: 
         probed = {"host_speed_before": host_speed(1.0)}
         started_at = datetime.now(timezone.utc).isoformat()  # cuts an nvidia-smi series (power_summary.py)
         t = time.perf_counter()
-        if sc["kind"] == "decode":
+        if sc["kind"] in ("decode", "shared"):
             res = await decode(engine, client, sc, args.window, tag)
         elif sc["kind"] == "prefill":
             res = await prefill(engine, client, sc, tag)

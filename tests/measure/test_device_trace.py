@@ -157,3 +157,10 @@ def test_a_request_sends_the_prefix_then_its_own_ids() -> None:
     own = client.own_ids("s0-u-p0", 8)
     assert own == client.own_ids("s0-u-p0", 8) and own != client.own_ids("s0-u-p1", 8)
     assert all(10 <= t < 1000 for t in own)
+
+
+def test_shared_scenario_names_its_prefixes_and_groups() -> None:
+    sc = trace_script.parse_scenario("shared:seqs=64,in=512,prefix=1024,groups=4")
+    assert (sc["kind"], sc["seqs"], sc["prefix"], sc["groups"]) == ("shared", 64, 1024, 4)
+    with pytest.raises(ValueError, match="missing groups"):
+        trace_script.parse_scenario("shared:seqs=64,in=512,prefix=1024")
