@@ -34,13 +34,15 @@ What is fitted (the model: :mod:`latsim.costmodel.power`):
   and at which it holds it at the cap (``scripts/power_decode.py``), from ``--decode-trace
   RUN=SMI`` pairs: a ``device_trace.py`` run of stamped decode scenarios and the ``nvidia-smi``
   series beside it (the H200's: the 32B and 8B in bf16, ``s27/pw2-qwen2.5-32b``,
-  ``s28/pw4-llama-3.1-8b``, set the ramp; the GPTQ and FP8 70B on checkpoint-like weights,
-  ``s28/pw5-llama-3.1-70b-gptq`` and ``s28/pw6-llama-3.1-70b-fp8``, their classes' weights on
-  it), and from their ``graphless`` scenarios each class's capped ratio in light steps.  Without
+  ``s28/pw4-llama-3.1-8b`` and ``s29/pw7-qwen2.5-32b``, set the ramp; the GPTQ and FP8 70B on
+  checkpoint-like weights, ``s28/pw5-llama-3.1-70b-gptq`` and ``s28/pw6-llama-3.1-70b-fp8``, their
+  classes' weights on it), and from their ``graphless`` scenarios each class's capped ratio in
+  light steps (bf16's from ``pw7``).  Without
   pairs, no decode cap.  With ``--prompt-weight``, ``prompt_rate_weight`` too: the factor by which
   the power probe's sustained bf16 GEMM runs' tensor rates fall on that ramp
-  (``power_decode.gemm_points``; the H100's, where the whole-rate state read its live levels' clock
-  two to nine times too capped, ``data/power/README.md``); without it the field is left out (1).
+  (``power_decode.gemm_points``; fitted on both GPUs, whose whole-rate states read their live
+  levels' clock two to nine times too capped, ``data/power/README.md``); without it the field is
+  left out (1).
 
 Without ``--write`` it prints the fit; with it, writes ``<profile>/power.json`` (atomically)
 with the values, the pairs, the fit's residual and the sources' sha256.
