@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -138,11 +139,37 @@ def _chunks(todo: pd.DataFrame, size: int) -> Iterator[list[dict]]:
         yield records[i:i + size]
 
 
+def fitting(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """``(the points whose deployment fits its GPUs, one line per point that no longer does)``.
+    A design drops the points no TP can host when it is drawn; a later change to the memory plan
+    can leave a committed point at a TP that no longer holds it (one full-length request's KV
+    cache), which the simulator refuses: such a point is left out here, said, not simulated
+    (step 1 drawn again places it at the next TP)."""
+    from latsim.engines.vllm.memory import DoesNotFitError
+    from latsim.predict.features import _deployment
+
+    keep, gone = [], []
+    for point in points.to_dict("records"):
+        try:
+            _deployment(point["model"], point["device"], int(point["tp"]), int(point["replicas"]),
+                        point["weight_dtype"], point["kv_dtype"], point["max_num_seqs"],
+                        point["max_num_batched_tokens"])
+        except DoesNotFitError as err:
+            gone.append(f"id {point['id']}: {err}")
+            continue
+        keep.append(point["id"])
+    return points[points["id"].isin(keep)], gone
+
+
 def run(points: pd.DataFrame, out: str | Path, num_requests: int = 300, workers: int = 2, chunk: int = 4) -> int:
-    """Simulate the points not yet under ``out``; returns how many were simulated now."""
+    """Simulate the points not yet under ``out`` that still fit their GPUs (:func:`fitting`; the
+    others are named on stderr); returns how many were simulated now."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = points[~points["id"].isin(done_ids(out))]
+    todo, gone = fitting(points[~points["id"].isin(done_ids(out))])
+    if gone:
+        print(f"{len(gone)} points no longer fit their GPUs at their TP and are left out "
+              f"(draw step 1 again to place them): " + "; ".join(gone[:3]), file=sys.stderr)
     jobs = [(c, num_requests) for c in _chunks(todo, chunk)]
     if workers <= 1:
         results: Iterator[list[dict]] = map(_chunk_job, jobs)

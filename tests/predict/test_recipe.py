@@ -8,7 +8,7 @@ import pytest
 
 from latsim.predict.design import DOMAIN, sample
 from latsim.predict.features import GRID_COLUMNS
-from latsim.predict.recipe import TARGETS, is_stable, read_points, read_results, run
+from latsim.predict.recipe import TARGETS, fitting, is_stable, read_points, read_results, run
 
 MODELS = ("llama-3.2-1b", "qwen2.5-7b")
 DEVICES = ("h100", "l40s")
@@ -96,3 +96,15 @@ def test_a_chunk_never_overwrites_a_part_whose_name_it_shares(points, tmp_path):
     _write_part(out, [{"id": first, "sim_seconds": 0.2}])
     ids = sorted(int(i) for p in out.glob("part-*.parquet") for i in pd.read_parquet(p)["id"])
     assert ids == [first, first + 1]
+
+
+def test_a_point_that_no_longer_fits_is_left_out_and_named(points, tmp_path, capsys):
+    # a 72B model at TP 1 on one L4 (24 GB): its weights alone do not fit, as a memory plan
+    # changed after the design could leave a committed point
+    huge = {**points.iloc[0].to_dict(), "id": 99_999, "model": "qwen2.5-72b", "device": "l4", "tp": 1}
+    frame = pd.concat([points.head(1), pd.DataFrame([huge])], ignore_index=True)
+    kept, gone = fitting(frame)
+    assert list(kept["id"]) == [points.iloc[0]["id"]] and len(gone) == 1 and "id 99999" in gone[0]
+    assert run(frame, tmp_path / "out", num_requests=40, workers=1) == 1
+    assert "1 points no longer fit their GPUs at their TP" in capsys.readouterr().err
+    assert list(read_results(tmp_path / "out")["id"]) == [points.iloc[0]["id"]]
