@@ -37,12 +37,11 @@ What is fitted (the model: :mod:`latsim.costmodel.power`):
   ``s28/pw4-llama-3.1-8b`` and ``s29/pw7-qwen2.5-32b``, set the ramp; the GPTQ and FP8 70B on
   checkpoint-like weights, ``s28/pw5-llama-3.1-70b-gptq`` and ``s28/pw6-llama-3.1-70b-fp8``, their
   classes' weights on it), and from their ``graphless`` scenarios each class's capped ratio in
-  light steps (bf16's from ``pw7``).  Without
-  pairs, no decode cap.  With ``--prompt-weight``, ``prompt_rate_weight`` too: the factor by which
-  the power probe's sustained bf16 GEMM runs' tensor rates fall on that ramp
-  (``power_decode.gemm_points``; fitted on both GPUs, whose whole-rate states read their live
-  levels' clock two to nine times too capped, ``data/power/README.md``); without it the field is
-  left out (1).
+  light steps (bf16's from ``pw7``).  Without pairs, no decode cap.  With ``--prompt-weight``,
+  ``prompt_rate_weight`` too: the factor by which the power probe's sustained bf16 GEMM runs'
+  tensor rates fall on that ramp (``power_decode.gemm_points``; fitted on both GPUs, whose
+  whole-rate states read their live levels' clock two to nine times too capped,
+  ``data/power/README.md``); without it the field is left out (1).
 
 Without ``--write`` it prints the fit; with it, writes ``<profile>/power.json`` (atomically)
 with the values, the pairs, the fit's residual and the sources' sha256.
@@ -359,7 +358,7 @@ def main() -> None:
                          "(repeatable): fits the decode cap")
     ap.add_argument("--prompt-weight", action="store_true",
                     help="with --decode-trace: fit how much of a prompt step's own tensor rate counts on the ramp "
-                         "from the power probe's sustained GEMM runs (without: all of it, as the H200's was fitted)")
+                         "from the power probe's sustained GEMM runs (without: all of it)")
     args = ap.parse_args()
     probes = load_probes(args.folder)
     prefill, power, int4, shapes = probes["prefill"], probes["power"], probes["int4"], probes["shapes"]

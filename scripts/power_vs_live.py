@@ -135,6 +135,8 @@ def level_shares(run_dir: Path, smi: pd.DataFrame, device: str, clocks: tuple[fl
 
 
 def main() -> None:
+    from latsim.costmodel.power import load_power_cap
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", type=Path, nargs="?", default=Path("data/power/h200"))
     ap.add_argument("--device", default="h200")
@@ -143,14 +145,16 @@ def main() -> None:
     ap.add_argument("--decode-trace", action="append", required=True, metavar="RUN=SMI",
                     help="a device_trace.py run of stamped decode scenarios and its nvidia-smi series (repeatable)")
     args = ap.parse_args()
+    cap = load_power_cap(args.profile)
+    if cap is None:
+        ap.error(f"--profile {args.profile}: no power.json there (scripts/fit_power.py writes one)")
     with gzip.open(args.folder / "power_probe.json.gz", "rt") as f:
-        heavy_tokens = int(json.loads((args.profile / "power.json").read_text())["heavy_tokens"])
-        clocks = probe_clocks(json.load(f), heavy_tokens)
+        clocks = probe_clocks(json.load(f), cap.heavy_tokens)
     pairs = [run_and_series(text) for text in args.decode_trace]
     points = pd.concat([decode_points(run, smi, args.profile, clocks) for run, smi in pairs])
     fit = fit_ramp(points[points["gemm_class"] == "bf16"])
     ramp_terms = (fit["decode_onset_tflops"], fit["decode_full_tflops"])
-    has_state = "decode_cap" in json.loads((args.profile / "power.json").read_text())
+    has_state = cap.has_decode_cap
     print(f"ramp {ramp_terms[0]:.0f}-{ramp_terms[1]:.0f} TFLOP/s, clocks {clocks[0]:.0f} / {clocks[1]:.0f} MHz")
     rows = []
     for series, run in sorted(series_runs(json.loads((args.folder / "runs.json").read_text())), key=lambda kv: kv[1]):

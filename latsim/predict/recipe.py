@@ -22,11 +22,15 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from latsim.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from latsim.deployment import Deployment
 
 LATENCY_TARGETS = tuple(f"{m}_{q}" for m in ("ttft_ms", "tpot_ms", "e2e_ms") for q in ("p50", "p90", "p99"))
 TARGETS = (*LATENCY_TARGETS, "throughput_rps")
@@ -56,14 +60,23 @@ def _lengths(rng: np.random.Generator, median: float, sigma: float, clip: tuple[
     return np.clip(np.rint(raw), *clip).astype(np.int64)
 
 
+def point_deployment(point: dict) -> Deployment:
+    """The deployment of one design point (a dict of its columns); DoesNotFitError when its
+    model does not fit its GPUs at its TP."""
+    from latsim.predict.features import _deployment
+
+    deployment: Deployment
+    deployment, _, _ = _deployment(point["model"], point["device"], int(point["tp"]), int(point["replicas"]),
+                                   point["weight_dtype"], point["kv_dtype"], point["max_num_seqs"],
+                                   point["max_num_batched_tokens"])
+    return deployment
+
+
 def simulate_point(point: dict, num_requests: int) -> dict:
     """The targets of one design point (a dict of its columns)."""
     from latsim import simulate
-    from latsim.predict.features import _deployment
 
-    d, _, _ = _deployment(point["model"], point["device"], int(point["tp"]), int(point["replicas"]),
-                          point["weight_dtype"], point["kv_dtype"], point["max_num_seqs"],
-                          point["max_num_batched_tokens"])
+    d = point_deployment(point)
     trace = trace_for(point, num_requests)
     start = time.perf_counter()
     result = simulate(d, trace, seed=int(point["seed"]))
@@ -146,14 +159,11 @@ def fitting(points: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     cache), which the simulator refuses: such a point is left out here, said, not simulated
     (step 1 drawn again places it at the next TP)."""
     from latsim.engines.vllm.memory import DoesNotFitError
-    from latsim.predict.features import _deployment
 
     keep, gone = [], []
     for point in points.to_dict("records"):
         try:
-            _deployment(point["model"], point["device"], int(point["tp"]), int(point["replicas"]),
-                        point["weight_dtype"], point["kv_dtype"], point["max_num_seqs"],
-                        point["max_num_batched_tokens"])
+            point_deployment(point)
         except DoesNotFitError as err:
             gone.append(f"id {point['id']}: {err}")
             continue

@@ -152,7 +152,7 @@ def test_prefixed_scenario_takes_its_prefix_length() -> None:
         trace_script.parse_scenario("prefixed:in=128,prefix=0,n=12")
 
 
-def test_a_request_sends_the_prefix_then_its_own_ids() -> None:
+def test_a_request_s_own_ids_are_one_sequence_per_key() -> None:
     client = trace_script.Client(engine=None, vocab=1000)
     own = client.own_ids("s0-u-p0", 8)
     assert own == client.own_ids("s0-u-p0", 8) and own != client.own_ids("s0-u-p1", 8)
