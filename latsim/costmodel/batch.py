@@ -9,9 +9,12 @@ decode-only steps in one vectorised call.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from latsim.costmodel.coreads import BoundCoReads
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,9 @@ class CostModel(StepPricer, Protocol):
       (``None``: no step is); ``launch_s(batch)`` is that launch's CPU seconds,
       ``launch_tail_s`` the least time the GPU runs after it, ``launch_sigma`` the log-normal
       spread of launch times.
+    - ``coreads``: how much of the decoders' shared-prefix KV the GPU's L2 serves
+      (:mod:`latsim.costmodel.coreads`; ``None``: every sequence's KV is read from HBM); the
+      engine takes it off a step's KV before pricing it (:func:`latsim.sim.shape.with_coreads`).
     """
 
     frontend_s: float
@@ -111,6 +117,7 @@ class CostModel(StepPricer, Protocol):
     launch_from: int | None
     launch_tail_s: float
     launch_sigma: float
+    coreads: BoundCoReads | None
 
     def launch_s(self, batch: BatchShape) -> float: ...
 
@@ -142,6 +149,7 @@ class NoHostTerms:
     launch_from: int | None = None
     launch_tail_s = 0.0
     launch_sigma = 0.0
+    coreads: BoundCoReads | None = None
 
     def launch_s(self, batch: BatchShape) -> float:
         del batch

@@ -14,6 +14,7 @@ from dataclasses import replace
 from latsim.catalog.devices import DeviceSpec
 from latsim.catalog.models import ModelSpec
 from latsim.costmodel.batch import CostModel, StepPricer
+from latsim.costmodel.coreads import coreads_for
 from latsim.costmodel.host import HostOverhead, HostOverlapCostModel
 from latsim.costmodel.roofline import RooflineCostModel
 from latsim.costmodel.roofline_params import default_roofline_params
@@ -88,8 +89,9 @@ def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_d
     """
     gpu = gpu or gpu_cost_model(model, device, tp, weight_dtype, kv_dtype, kind)
     host = (host or NO_HOST).at_speed(host_speed)
-    return HostOverlapCostModel(gpu, host, asynchronous,
-                                layers=model.num_layers, moe_layers=model.num_moe_layers, graph_tokens=graph_tokens)
+    coreads = coreads_for(device.sm_count, device.arch, max(1, model.num_kv_heads // tp))
+    return HostOverlapCostModel(gpu, host, asynchronous, layers=model.num_layers, moe_layers=model.num_moe_layers,
+                                graph_tokens=graph_tokens, coreads=coreads)
 
 
 _CACHE: dict[tuple[object, ...], StepPricer] = {}

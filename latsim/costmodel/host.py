@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from latsim.costmodel.batch import BatchShape, StepPricer
+from latsim.costmodel.coreads import BoundCoReads
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,8 @@ class HostOverlapCostModel:
     """
 
     def __init__(self, inner: StepPricer, host: HostOverhead, asynchronous: bool = True, *,
-                 layers: int = 0, moe_layers: int = 0, graph_tokens: int | None = None) -> None:
+                 layers: int = 0, moe_layers: int = 0, graph_tokens: int | None = None,
+                 coreads: BoundCoReads | None = None) -> None:
         self.inner = inner
         self.host = host
         self.asynchronous = asynchronous
@@ -134,6 +136,8 @@ class HostOverlapCostModel:
         self.launch_sigma = host.launch_sigma
         self.launch_from: int | None = graph_tokens if self._launch > 0.0 else None
         """Steps of more tokens than this have a launch (:meth:`launch_s`); ``None``: none has."""
+        self.coreads = coreads
+        """The GPU's co-read terms for this deployment (:mod:`latsim.costmodel.coreads`), or None."""
 
     def launch_s(self, batch: BatchShape) -> float:
         """CPU seconds to launch ``batch`` when it runs without CUDA graphs under asynchronous

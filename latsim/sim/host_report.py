@@ -105,6 +105,7 @@ class _Tally:
                                                                    inner.launch_sigma)
         # the power model's terms, so that the GPU's clock moves the same steps as in the prediction
         self.power, self.tflop_per_token = inner.power, inner.tflop_per_token
+        self.coreads = inner.coreads  # the same discounted shapes as the prediction
         self.heavy_parts, self.decode_tflops = inner.heavy_parts, inner.decode_tflops
         self.gpu: list[float] = []
         self.host: list[float] = []

@@ -58,6 +58,7 @@ class Req:
         "replica",
         "sampled_at",
         "seq",
+        "shared_tokens",
         "skipped",
         "state",
         "target",
@@ -72,6 +73,7 @@ class Req:
         self.target = target
         self.group = group
         self.prefix_blocks = min(prefix_tokens, prompt) // block_size if group >= 0 else 0
+        self.shared_tokens = self.prefix_blocks * block_size  # the tokens of its findable prefix blocks
         self.generated = 0
         self.replica = -1
         self.num_computed = 0

@@ -14,7 +14,9 @@ O(1):
   whose context is a multiple of ``block_size`` has filled its last block and takes a new one
   for its next token, so the step taken at counter ``g`` allocates ``phases[-g % block_size]``
   blocks; a run of steps allocates a sum of bins (:meth:`blocks_over`);
-- a heap of ``(finish step, seq, req)`` gives the next completion.
+- a heap of ``(finish step, seq, req)`` gives the next completion;
+- ``readers`` counts the members reading each shared prefix (:func:`latsim.sim.shape.count_reader`),
+  from which a step's co-reads are priced (:mod:`latsim.costmodel.coreads`).
 
 Members leave only by finishing (:meth:`pop_finished`) or all at once (:meth:`dissolve`);
 both write the current values back into the request (:meth:`_materialize`).
@@ -40,6 +42,7 @@ from heapq import heappop, heappush
 
 from latsim.sim.kvlayout import KvLayout
 from latsim.sim.request import Req
+from latsim.sim.shape import Readers, count_reader
 
 
 class DecodeCohort:
@@ -64,6 +67,7 @@ class DecodeCohort:
         self._offset = 0  # sum over members of num_computed - base
         self._offset_sq = 0  # sum over members of (num_computed - base) ** 2
         self._heap: list[tuple[int, int, Req]] = []
+        self.readers: Readers = {}
 
     def context(self) -> int:
         """Sum of the members' current ``num_computed``."""
@@ -83,6 +87,8 @@ class DecodeCohort:
         self.phases[rel % self.block_size] += 1
         self.size += 1
         heappush(self._heap, (self.step + req.target - req.generated, req.seq, req))
+        if req.prefix_blocks:
+            count_reader(self.readers, req)
         if self.sliding:
             self._join_sliding(req, rel)
 
@@ -200,6 +206,8 @@ class DecodeCohort:
             self._offset_sq -= rel * rel
             self.phases[rel % self.block_size] -= 1
             self.size -= 1
+            if req.prefix_blocks:
+                count_reader(self.readers, req, -1)
             if self.sliding:
                 self._leave_sliding(req, rel)
             self._materialize(req)
@@ -218,6 +226,7 @@ class DecodeCohort:
         for _, _, req in self._heap:
             self._materialize(req)
         self._heap.clear()
+        self.readers = {}
         self.phases = [0] * self.block_size
         self._offset = self._offset_sq = self.size = 0
         if self.sliding:
