@@ -12,8 +12,9 @@ context (``context_at_profile``), gives the measured ratio; the model's is
 (:func:`~latsim.costmodel.coreads.ordered_saved`) in waves of ``ctas_per_sm x SMs / KV heads``.
 For each ``ctas_per_sm`` of a grid, ``saving`` is the least-squares fit of the ratios; the pair
 with the least RMS of the attention's relative error is kept.  ``--write`` writes
-``latsim/data/calibration/coreads.json`` (atomically) with both, every scenario's row and the
-traces' digests.
+``latsim/data/calibration/coreads.json`` (atomically) with both, the GPU's HBM bandwidth (other
+Hopper GPUs scale the saving by theirs: :meth:`~latsim.costmodel.coreads.CoReads.saving_at`),
+every scenario's row and the traces' digests.  The traces must come from one GPU.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         kv_heads = model.num_kv_heads
         expected = base["attention_s"] * r["context"] / base["context"]
         out.append({**r, "base_label": base["label"], "base_folder": base["folder"], "expected_s": expected,
-                    "kv_tokens": r["seqs"] * r["context"], "sm_count": device.sm_count, "kv_heads": kv_heads})
+                    "kv_tokens": r["seqs"] * r["context"], "sm_count": device.sm_count, "kv_heads": kv_heads,
+                    "hbm_bandwidth": device.hbm_bandwidth})
     return out
 
 
@@ -101,6 +103,9 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
         rms = float(np.sqrt(np.mean(((model - ratio) / ratio) ** 2)))
         grid.append({"ctas_per_sm": ctas, "saving": saving, "rms": rms, "x": x})
     best = min(grid, key=lambda g: g["rms"])
+    hbm = {r["hbm_bandwidth"] for r in rows}
+    if len(hbm) != 1:
+        raise ValueError(f"the traces come from GPUs of different HBM bandwidths ({sorted(hbm)}): one GPU at a time")
     no_sharing = float(np.sqrt(np.mean(((1.0 - ratio) / ratio) ** 2)))
     scen = [{"trace": r["folder"], "scenario": r["label"], "base": f"{r['base_folder']} {r['base_label']}",
              "model": r["model"], "gpu": r["gpu"], "seqs": r["seqs"], "groups": r["groups"], "prefix": r["prefix"],
@@ -108,6 +113,7 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
              "modelled_ms": 1e3 * r["expected_s"] * (1.0 - best["saving"] * x)}
             for r, x in zip(rows, best["x"], strict=True)]
     return {"saving": best["saving"], "ctas_per_sm": best["ctas_per_sm"], "rms": best["rms"],
+            "gpu": rows[0]["gpu"], "hbm_bandwidth_gb_s": hbm.pop() / 1e9,
             "rms_without": no_sharing,
             "grid": [{k: v for k, v in g.items() if k != "x"} for g in grid], "scenarios": scen}
 
@@ -137,9 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         inputs = {f"{t.as_posix()}/{name}": file_digest(t / name) for t in args.traces
                   for name in ("timings.json", "steps.csv")}
         doc = {"saving": round(result["saving"], 4), "ctas_per_sm": result["ctas_per_sm"],
+               "hbm_bandwidth_gb_s": result["hbm_bandwidth_gb_s"], "measured_on": result["gpu"],
                "note": "share of an HBM read of a shared prefix block that a co-read (a sequence of the same "
                        "decode wave reading it) saves; see latsim/costmodel/coreads.py",
-               "provenance": record(inputs, {k: v for k, v in result.items() if k not in ("saving", "ctas_per_sm")},
+               "provenance": record(inputs, {k: v for k, v in result.items()
+                                             if k not in ("saving", "ctas_per_sm", "gpu", "hbm_bandwidth_gb_s")},
                                     exclude=path)}
         atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
         print(f"wrote {path}")

@@ -11,8 +11,10 @@ step's KV before pricing it (:func:`latsim.sim.shape.with_coreads`).
 
 Measured on the H100 (``data/traces/h100/s45``: ``shared`` scenarios of ``scripts/device_trace.py``
 against ``decode`` ones of the same contexts, Llama-3.1-8B and Qwen2.5-7B, 16-128 sequences,
-1-32 prefixes of 512-4,096 tokens); ``scripts/fit_coreads.py`` writes ``saving`` and
-``ctas_per_sm`` to :data:`COREADS_FILE` with the scenarios it used.  In those runs sequence ``j``
+1-32 prefixes of 512-4,096 tokens); ``scripts/fit_coreads.py`` writes ``saving``, ``ctas_per_sm``
+and the measuring GPU's HBM bandwidth to :data:`COREADS_FILE` with the scenarios it used.  On
+another Hopper GPU the L2 read is taken to cost the same and the HBM read what the catalog's
+bandwidth says (:meth:`CoReads.saving_at`): the H200's faster HBM leaves less to save.  In those runs sequence ``j``
 read prefix ``j mod G`` (:func:`ordered_saved`); in a served batch the prefixes fall in no
 particular order, so the engine prices the expectation over random orders (:func:`expected_saved`).
 The wave needs the GPU's SM count: GPUs without one in the catalog get no discount, and only
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from latsim.catalog.devices import DeviceSpec
 from latsim.paths import CALIBRATION
 
 COREADS_FILE = "coreads.json"
@@ -80,11 +83,13 @@ def expected_saved(seqs: int, groups: Sequence[tuple[int, int]], wave: float) ->
 
 @dataclass(frozen=True)
 class CoReads:
-    """The fitted co-read terms: ``saving`` is the share of an HBM read a co-read saves,
-    ``ctas_per_sm`` the decode work units an SM runs at once; ``source`` the file they came from."""
+    """The fitted co-read terms: ``saving`` is the share of an HBM read a co-read saves on the GPU
+    they were measured on, whose HBM moves ``hbm_bandwidth`` bytes/s; ``ctas_per_sm`` the decode
+    work units an SM runs at once; ``source`` the file they came from."""
 
     saving: float
     ctas_per_sm: float
+    hbm_bandwidth: float
     source: str
 
     def __post_init__(self) -> None:
@@ -92,23 +97,34 @@ class CoReads:
             raise ValueError(f"co-read saving must be within [0, 1], got {self.saving}")
         if self.ctas_per_sm <= 0.0:
             raise ValueError(f"ctas_per_sm must be > 0, got {self.ctas_per_sm}")
+        if self.hbm_bandwidth <= 0.0:
+            raise ValueError(f"hbm_bandwidth must be > 0, got {self.hbm_bandwidth}")
 
-    def bind(self, sm_count: int, kv_heads: int) -> BoundCoReads:
-        """These terms on a GPU of ``sm_count`` SMs serving ``kv_heads`` KV heads per GPU."""
-        return BoundCoReads(self, self.ctas_per_sm * sm_count / max(1, kv_heads))
+    def saving_at(self, hbm_bandwidth: float) -> float:
+        """The saving on a Hopper GPU whose HBM moves ``hbm_bandwidth`` bytes/s: a co-read takes
+        ``1 - saving`` of an HBM read where measured, and the L2 read's time is taken to be the
+        same on every Hopper die, so a faster HBM leaves less to save (the H200: 0.59 -> 0.41)."""
+        return min(1.0, max(0.0, 1.0 - (1.0 - self.saving) * hbm_bandwidth / self.hbm_bandwidth))
+
+    def bind(self, sm_count: int, kv_heads: int, hbm_bandwidth: float) -> BoundCoReads:
+        """These terms on a GPU of ``sm_count`` SMs and ``hbm_bandwidth`` bytes/s serving
+        ``kv_heads`` KV heads per GPU."""
+        return BoundCoReads(self, self.ctas_per_sm * sm_count / max(1, kv_heads), self.saving_at(hbm_bandwidth))
 
 
 @dataclass(frozen=True)
 class BoundCoReads:
-    """:class:`CoReads` for one deployment: ``wave`` sequences run their decode attention at once."""
+    """:class:`CoReads` for one deployment: ``wave`` sequences run their decode attention at once,
+    a co-read saves ``saving`` of an HBM read."""
 
     terms: CoReads
     wave: float
+    saving: float
 
     def discount(self, seqs: int, groups: Sequence[tuple[int, int]]) -> float:
         """KV tokens a decode step of ``seqs`` sequences does not read from HBM, ``groups`` as in
         :func:`expected_saved` (sorted, so equal batches give bitwise-equal discounts)."""
-        return self.terms.saving * expected_saved(seqs, groups, self.wave)
+        return self.saving * expected_saved(seqs, groups, self.wave)
 
 
 def load_coreads(path: Path | None = None) -> CoReads | None:
@@ -119,14 +135,16 @@ def load_coreads(path: Path | None = None) -> CoReads | None:
         return None
     try:
         data: dict[str, Any] = json.loads(path.read_text())
-        return CoReads(float(data["saving"]), float(data["ctas_per_sm"]), str(path))
+        return CoReads(float(data["saving"]), float(data["ctas_per_sm"]), float(data["hbm_bandwidth_gb_s"]) * 1e9,
+                       str(path))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a co-read file ({exc}); rebuild it with scripts/fit_coreads.py") from exc
 
 
-def coreads_for(sm_count: int | None, arch: str | None, kv_heads: int, path: Path | None = None) -> BoundCoReads | None:
-    """The co-read terms bound to a GPU (None off Hopper, without an SM count, or without the file)."""
-    if arch != "sm90" or not sm_count:
+def coreads_for(device: DeviceSpec, kv_heads: int, path: Path | None = None) -> BoundCoReads | None:
+    """The co-read terms bound to ``device`` serving ``kv_heads`` KV heads per GPU (None off
+    Hopper, without an SM count, or without the file)."""
+    if device.arch != "sm90" or not device.sm_count:
         return None
     terms = load_coreads(path)
-    return None if terms is None else terms.bind(sm_count, kv_heads)
+    return None if terms is None else terms.bind(device.sm_count, kv_heads, device.hbm_bandwidth)
