@@ -60,7 +60,7 @@ def _absent(seqs: int, n: int, w: float) -> float:
     return math.exp(log_q)
 
 
-def expected_saved(seqs: int, groups: Sequence[tuple[int, int]], wave: float) -> float:
+def expected_saved(seqs: int, groups: Sequence[tuple[int, float]], wave: float) -> float:
     """Expected co-read tokens of ``seqs`` decoders in random order, ``groups`` holding
     ``(readers, shared tokens)`` of each prefix read by two or more of them.
 
@@ -121,7 +121,7 @@ class BoundCoReads:
     wave: float
     saving: float
 
-    def discount(self, seqs: int, groups: Sequence[tuple[int, int]]) -> float:
+    def discount(self, seqs: int, groups: Sequence[tuple[int, float]]) -> float:
         """KV tokens a decode step of ``seqs`` sequences does not read from HBM, ``groups`` as in
         :func:`expected_saved` (sorted, so equal batches give bitwise-equal discounts)."""
         return self.saving * expected_saved(seqs, groups, self.wave)

@@ -40,13 +40,13 @@ def step_shape(plan: StepPlan, decodes: int = 0, decode_kv: int = 0, decode_sq: 
 
 Readers = dict[int, list[int]]
 """Decoders reading each shared prefix: ``id`` of the prefix's first cached block -> ``[decoders,
-shared tokens]`` (:func:`count_reader`)."""
+their shared tokens summed]`` (:func:`count_reader`)."""
 
 
 def count_reader(readers: Readers, req: Req, sign: int = 1) -> None:
     """Count ``req`` (``sign`` -1: uncount it) among the readers of its shared prefix, when it
     holds one: the cached copy of a prefix group's first block (requests holding the same copy
-    read the same blocks)."""
+    read the same blocks, as far as the shorter of their prefixes goes)."""
     if not req.prefix_blocks:
         return
     first = req.keys.get(0)
@@ -54,9 +54,10 @@ def count_reader(readers: Readers, req: Req, sign: int = 1) -> None:
         return
     entry = readers.get(id(first))
     if entry is None:
-        readers[id(first)] = [sign, req.shared_tokens]
+        readers[id(first)] = [sign, sign * req.shared_tokens]
     else:
         entry[0] += sign
+        entry[1] += sign * req.shared_tokens
         if not entry[0]:
             del readers[id(first)]
 
@@ -70,10 +71,13 @@ def plan_readers(plan: StepPlan, base: Readers | None = None) -> Readers:
     return readers
 
 
-def coread_groups(readers: Readers) -> list[tuple[int, int]]:
-    """``(decoders, shared tokens)`` of the prefixes two or more decoders read, sorted (so equal
-    batches give bitwise-equal prices whatever order their requests came in)."""
-    return sorted((n, tokens) for n, tokens in readers.values() if n >= 2)
+def coread_groups(readers: Readers) -> list[tuple[int, float]]:
+    """``(decoders, mean shared tokens)`` of the prefixes two or more decoders read, sorted (so
+    equal batches give bitwise-equal prices whatever order their requests came in).  Readers of
+    one prefix with prefixes of different lengths are priced at their mean (the co-reads of
+    ``n`` equal prefixes of that length; the exact count, their sum less the longest, is lower
+    by at most the spread)."""
+    return sorted((n, total / n) for n, total in readers.values() if n >= 2)
 
 
 def coread_tokens(coreads: BoundCoReads, seqs: int, readers: Readers) -> int:

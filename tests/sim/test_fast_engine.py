@@ -17,6 +17,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from latsim.costmodel.coreads import CoReads
 from latsim.deployment import Deployment
 from latsim.engines.vllm import engine as schedulers
 from latsim.engines.vllm.cohort import DecodeCohort
@@ -301,3 +302,51 @@ def test_sliding_windows_under_kv_pressure_match_and_free_blocks(asynchronous):
     assert_identical(fast, ref)
     full = replace(dep, model=replace(dep.model, sliding_window=None, num_sliding_window_layers=0))
     assert simulate(full, trace, cost_model=LinearCost()).summary["preemptions"] > ref.summary["preemptions"]
+
+
+class CoReadLinearCost(SpreadLinearCost):
+    """SpreadLinearCost on a small GPU with co-reads: waves of 4 sequences, 0.6 of a read saved."""
+
+    coreads = CoReads(saving=0.6, ctas_per_sm=1.0, hbm_bandwidth=1e12, source="test").bind(4, 1, 1e12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31), qps=st.floats(5.0, 300.0), groups=st.integers(1, 4), engine=engines)
+def test_fast_engine_equals_reference_when_decoders_co_read_their_prefixes(seed, qps, groups, engine):
+    trace = random_trace(seed, 60, qps, 700, 120, groups)
+    dep = small_deployment(**vllm_accepts({**engine, "enable_prefix_caching": True}))
+    assert_identical(*fast_and_reference(dep, trace, CoReadLinearCost()))
+
+
+def test_co_reads_shorten_the_decode_steps_of_shared_prefixes_only():
+    dep = small_deployment(3000, enable_prefix_caching=True)
+    shared = random_trace(11, 80, 40.0, 700, 120, 2)
+    plain = simulate(dep, shared, cost_model=SpreadLinearCost())
+    co = simulate(dep, shared, cost_model=CoReadLinearCost())
+    assert (co.records["finish_s"] < plain.records["finish_s"]).mean() > 0.5
+    assert co.records["finish_s"].mean() < plain.records["finish_s"].mean()
+    alone = random_trace(11, 80, 40.0, 700, 120, 0)
+    pd.testing.assert_frame_equal(simulate(dep, alone, cost_model=SpreadLinearCost()).records,
+                                  simulate(dep, alone, cost_model=CoReadLinearCost()).records)
+
+
+def test_cohort_counts_the_readers_of_each_shared_prefix():
+    from latsim.sim.kvcache import Copy
+    from latsim.sim.shape import coread_groups
+
+    cohort = DecodeCohort(16)
+    copies = [Copy(("g", g, 0)) for g in range(2)]
+    members = []
+    for i, g in enumerate([0, 0, 1, 0, -1]):
+        req = Req(i, 0.0, 200, 10 + i, group=g, prefix_tokens=64 + 32 * i if g >= 0 else 0)
+        req.num_computed, req.generated, req.seq = 200, 1, i
+        if g >= 0:
+            req.keys[0] = copies[g]
+        cohort.join(req)
+        members.append(req)
+    assert coread_groups(cohort.readers) == [(3, (64 + 96 + 160) / 3)]  # group 1's one reader co-reads nothing
+    cohort.advance(9, 1.0, 9)
+    assert [r.idx for r in cohort.pop_finished()] == [0]
+    assert coread_groups(cohort.readers) == [(2, (96 + 160) / 2)]
+    cohort.dissolve()
+    assert cohort.readers == {}

@@ -1,0 +1,101 @@
+"""Co-reads of shared prefix blocks (:mod:`latsim.costmodel.coreads`) and their discount of a step's KV."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from latsim.catalog.lookup import load_device
+from latsim.costmodel.batch import BatchShape, squares_after
+from latsim.costmodel.coreads import CoReads, coreads_for, expected_saved, load_coreads, ordered_saved
+from latsim.sim.shape import discounted_kv, with_coreads
+
+TERMS = CoReads(saving=0.6, ctas_per_sm=1.0, hbm_bandwidth=3.35e12, source="test")
+
+
+def test_ordered_co_reads_count_the_repeat_readers_of_each_wave():
+    tokens = {0: 100, 1: 100}
+    order = [0, 1, 0, 1, 0, 1, 0, 1]
+    assert ordered_saved(order, tokens, wave=8) == 6 * 100  # one wave: every reader after the first
+    assert ordered_saved(order, tokens, wave=4) == 4 * 100  # two waves, each reads both prefixes once
+    assert ordered_saved(order, tokens, wave=2) == 0.0  # every wave holds one reader of each
+    assert ordered_saved([0, -1, 0, -1], {0: 50}, wave=4) == 50.0  # -1: no shared prefix
+
+
+def test_a_batch_in_one_wave_co_reads_all_but_the_first_reader():
+    assert expected_saved(10, [(4, 1000), (3, 500)], wave=64.0) == pytest.approx(3 * 1000 + 2 * 500)
+    assert expected_saved(1, [(1, 1000)], wave=8.0) == 0.0
+    assert expected_saved(10, [], wave=8.0) == 0.0
+
+
+@pytest.mark.parametrize(("seqs", "counts", "wave"), [(64, (16, 16, 16, 16), 16), (64, (4,) * 16, 16),
+                                                      (48, (24, 12, 6), 12), (96, (32, 32), 8)])
+def test_expected_co_reads_match_random_orders(seqs, counts, wave):
+    """Simulation study: the mean over random orders of the exact count (waves of ``wave``
+    sequences dividing the batch) agrees with the closed form within 2 %."""
+    rng = np.random.default_rng(7)
+    order = np.concatenate([np.full(n, g) for g, n in enumerate(counts)] + [np.full(seqs - sum(counts), -1)])
+    tokens = dict.fromkeys(range(len(counts)), 1)
+    draws = [ordered_saved(rng.permutation(order).tolist(), tokens, float(wave)) for _ in range(3000)]
+    closed = expected_saved(seqs, [(n, 1) for n in counts], float(wave))
+    assert np.mean(draws) == pytest.approx(closed, rel=0.02)
+
+
+def test_a_faster_hbm_leaves_less_to_save():
+    assert TERMS.saving_at(3.35e12) == pytest.approx(0.6)
+    assert TERMS.saving_at(4.8e12) == pytest.approx(1 - 0.4 * 4.8 / 3.35)
+    assert TERMS.saving_at(1e14) == 0.0  # clamped
+    bound = TERMS.bind(sm_count=132, kv_heads=8, hbm_bandwidth=3.35e12)
+    assert bound.wave == pytest.approx(16.5)
+    assert bound.discount(8, [(8, 1024)]) == pytest.approx(0.6 * 7 * 1024)
+
+
+@pytest.mark.parametrize(("field", "value"), [("saving", 1.2), ("saving", -0.1), ("ctas_per_sm", 0.0),
+                                              ("hbm_bandwidth", -1.0)])
+def test_out_of_range_terms_are_refused(field, value):
+    args = {"saving": 0.5, "ctas_per_sm": 1.0, "hbm_bandwidth": 1e12, "source": "t", field: value}
+    with pytest.raises(ValueError, match=field if field != "saving" else "saving"):
+        CoReads(**args)
+
+
+def test_files_load_or_are_named_when_malformed(tmp_path: Path):
+    assert load_coreads(tmp_path / "absent.json") is None
+    bad = tmp_path / "coreads.json"
+    bad.write_text(json.dumps({"saving": 0.5}))
+    with pytest.raises(ValueError, match=r"coreads\.json: not a co-read file"):
+        load_coreads(bad)
+    bad.write_text(json.dumps({"saving": 0.5, "ctas_per_sm": 1.0, "hbm_bandwidth_gb_s": 3350}))
+    assert load_coreads(bad) == CoReads(0.5, 1.0, 3.35e12, str(bad))
+
+
+def test_only_hopper_gpus_with_an_sm_count_get_co_reads():
+    assert coreads_for(load_device("a100"), 8) is None
+    h200 = coreads_for(load_device("h200"), 8)
+    assert h200 is not None and 0.0 < h200.saving < load_coreads().saving  # type: ignore[union-attr]
+
+
+@given(kv=st.integers(1000, 10**6), seqs=st.integers(2, 256), share=st.floats(0.0, 0.6), steps=st.integers(0, 50))
+def test_a_discounted_run_evolves_as_its_discounted_steps(kv, seqs, share, steps):
+    """The fast engine discounts a decode run's first step and lets it grow; the reference
+    discounts every step: the same integers either way."""
+    contexts = np.linspace(1, 2 * kv / seqs, seqs).astype(int) + 1
+    kv0, sq0 = int(contexts.sum()), int((contexts * contexts).sum())
+    saved = int(share * kv0)
+    run_kv, run_sq = discounted_kv(kv0, sq0, seqs, saved)
+    step_kv, step_sq = discounted_kv(kv0 + steps * seqs, squares_after(seqs, kv0, sq0, steps), seqs, saved)
+    assert step_kv == run_kv + steps * seqs
+    assert step_sq == squares_after(seqs, run_kv, run_sq, steps)
+
+
+def test_an_even_discount_keeps_the_spread_of_the_contexts():
+    contexts = [1000, 1500, 2500, 3000]
+    shape = BatchShape.from_chunks([], contexts)
+    cut = with_coreads(shape, 4 * 400)
+    assert cut.decode_kv_tokens == sum(c - 400 for c in contexts)
+    assert cut.decode_kv_sq == sum((c - 400) ** 2 for c in contexts)
+    assert with_coreads(shape, 0) is shape
