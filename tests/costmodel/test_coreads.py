@@ -99,3 +99,17 @@ def test_an_even_discount_keeps_the_spread_of_the_contexts():
     assert cut.decode_kv_tokens == sum(c - 400 for c in contexts)
     assert cut.decode_kv_sq == sum((c - 400) ** 2 for c in contexts)
     assert with_coreads(shape, 0) is shape
+
+
+def test_a_prediction_says_which_co_read_terms_it_used():
+    from latsim.catalog.lookup import load_model
+    from latsim.costmodel.factory import build_cost_model
+
+    model = load_model("llama-3.1-8b")
+    h200 = build_cost_model(model, load_device("h200"), kind="roofline").describe()["coreads"]
+    terms = load_coreads()
+    assert terms is not None
+    wave = terms.ctas_per_sm * 132 / 8
+    saving = terms.saving_at(4.8e12)
+    assert h200 == {"saving": pytest.approx(saving), "wave": pytest.approx(wave), "source": terms.source}
+    assert build_cost_model(model, load_device("a100"), kind="roofline").describe()["coreads"] is None
