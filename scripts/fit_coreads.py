@@ -5,7 +5,9 @@
 
 Each ``shared:seqs=S,in=I,prefix=P,groups=G`` scenario of ``scripts/device_trace.py`` (sequence j
 reads prefix ``j mod G``) is paired with a ``decode:seqs=S,in=I+P`` scenario of the same model and
-GPU (any of the folders): the same contexts, no prefix shared.  Per scenario, the median decode
+GPU (any of the folders): the same contexts, no prefix shared.  Scenarios of a multi-head
+attention model (one query head per KV head) are printed and left out: the model gives them no
+co-reads (:func:`~latsim.costmodel.coreads.coreads_for`).  Per scenario, the median decode
 attention of its profiled pure decode steps (``steps.csv``), the base's scaled to the scenario's
 context (``context_at_profile``), gives the measured ratio; the model's is
 ``1 - saving x co-read tokens / KV tokens`` with the co-reads of that order
@@ -80,10 +82,14 @@ def pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                   f"{r['model']}: left out)", file=sys.stderr)
             continue
         model, device = load_model(r["model"]), detect_device(r["gpu"])
+        expected = base["attention_s"] * r["context"] / base["context"]
+        if model.num_heads == model.num_kv_heads:
+            print(f"  ({r['model']} {r['label']}: multi-head attention, not modelled: measured "
+                  f"{1e3 * r['attention_s']:.3f} ms against {1e3 * expected:.3f} unshared)", file=sys.stderr)
+            continue
         if not device.sm_count:
             raise ValueError(f"{r['folder']}: GPU {r['gpu']!r} has no sm_count in the catalog")
         kv_heads = model.num_kv_heads
-        expected = base["attention_s"] * r["context"] / base["context"]
         out.append({**r, "base_label": base["label"], "base_folder": base["folder"], "expected_s": expected,
                     "kv_tokens": r["seqs"] * r["context"], "sm_count": device.sm_count, "kv_heads": kv_heads,
                     "hbm_bandwidth": device.hbm_bandwidth})

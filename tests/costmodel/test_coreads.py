@@ -73,9 +73,10 @@ def test_files_load_or_are_named_when_malformed(tmp_path: Path):
     assert load_coreads(bad) == CoReads(0.5, 1.0, 3.35e12, str(bad))
 
 
-def test_only_hopper_gpus_with_an_sm_count_get_co_reads():
-    assert coreads_for(load_device("a100"), 8) is None
-    h200 = coreads_for(load_device("h200"), 8)
+def test_only_hopper_gpus_with_an_sm_count_and_grouped_queries_get_co_reads():
+    assert coreads_for(load_device("a100"), 8, 4) is None
+    assert coreads_for(load_device("h100"), 32, 1) is None  # multi-head attention: measured none
+    h200 = coreads_for(load_device("h200"), 8, 4)
     assert h200 is not None and 0.0 < h200.saving < load_coreads().saving  # type: ignore[union-attr]
 
 
