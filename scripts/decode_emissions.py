@@ -10,8 +10,11 @@ tokens the emission carries, each at the context it decoded over (its prompt plu
 tokens it had streamed before).  Per group of batch sizes (:data:`BUCKETS`) this prints the
 median gap beside the median of the cost model's prices of the same batches, replayed as
 ``latsim validate`` does (``--host-speed``: a number, or ``probe`` for the level's own reading;
-default 1), and the batches' mean context.  ``ratio`` is the model over the measured: below 1,
-the model's step is too fast.  Groups of fewer than ``--min-steps`` steps are left out.
+default 1), and the batches' mean context.  Where the run's requests share prefixes and the GPU
+has co-read terms (:mod:`latsim.costmodel.coreads`), each batch is priced as the simulator does:
+its decoders counted per prefix group, the co-read tokens taken off its KV.  ``ratio`` is the
+model over the measured: below 1, the model's step is too fast.  Groups of fewer than
+``--min-steps`` steps are left out.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from launch_gaps import carrying_emission, split_emissions
 from latsim.costmodel.batch import BatchShape
 from latsim.deployment import resolve_engine
 from latsim.measure.records import load_run
+from latsim.sim.shape import coread_tokens, with_coreads
 from latsim.sim.simulate import default_cost_model
 from latsim.validate.compare import host_probe_ms, host_speed_option, replay_deployment
 
@@ -49,6 +53,35 @@ def token_contexts(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     t, c = np.concatenate(times), np.concatenate(contexts)
     order = np.argsort(t, kind="stable")
     return t[order], c[order]
+
+
+def token_owners(requests: pd.DataFrame) -> np.ndarray:
+    """The position in ``requests`` of every streamed token's request, in :func:`token_contexts`' order."""
+    times, owners = [], []
+    for i, chunks in enumerate(requests["chunk_times_s"]):
+        times.append(np.asarray(chunks, dtype=float))
+        owners.append(np.full(len(chunks), i))
+    order = np.argsort(np.concatenate(times), kind="stable")
+    return np.concatenate(owners)[order]
+
+
+def coread_saved(cost: object, owners: np.ndarray, requests: pd.DataFrame, block_size: int) -> int:
+    """KV tokens the simulator takes off a batch of ``owners`` (positions in ``requests``) for
+    co-reads of their shared prefixes: 0 without co-read terms or prefix columns."""
+    coreads = getattr(cost, "coreads", None)
+    if coreads is None or "prefix_group" not in requests:
+        return 0
+    readers: dict[int, list[int]] = {}
+    for i in owners:
+        row = requests.iloc[int(i)]
+        group = row["prefix_group"]
+        if group is None or pd.isna(group) or group < 0:
+            continue
+        tokens = min(int(row["prefix_tokens"]), int(row["input_tokens"])) // block_size * block_size
+        entry = readers.setdefault(int(group), [0, 0])
+        entry[0] += 1
+        entry[1] += tokens
+    return coread_tokens(coreads, len(owners), readers)
 
 
 def pure_decode_batches(times: np.ndarray, contexts: np.ndarray,
@@ -71,8 +104,11 @@ def level_rows(run: Path, host_speed: float | str, device: str, min_steps: int) 
     ok = m.requests[m.requests["status"] == "ok"]
     if ok.empty:
         raise ValueError(f"{run}: no completed request")
+    ok = ok.reset_index(drop=True)
     times, contexts = token_contexts(ok)
-    gaps, batches = pure_decode_batches(times, contexts, ok["first_token_s"].to_numpy(dtype=float))
+    firsts = ok["first_token_s"].to_numpy(dtype=float)
+    gaps, batches = pure_decode_batches(times, contexts, firsts)
+    _, owners = pure_decode_batches(times, token_owners(ok).astype(float), firsts)
     dep = replay_deployment(m.meta, device, host_speed)
     cost = default_cost_model(dep, resolve_engine(dep))
     seqs = np.array([len(b) for b in batches])
@@ -81,7 +117,9 @@ def level_rows(run: Path, host_speed: float | str, device: str, min_steps: int) 
         picked = np.flatnonzero((seqs > lo) & (seqs <= hi))
         if len(picked) < min_steps:
             continue
-        prices = [cost.step_time(BatchShape.from_chunks([], [int(c) for c in batches[i]])) for i in picked]
+        block = dep.engine.block_size
+        prices = [cost.step_time(with_coreads(BatchShape.from_chunks([], [int(c) for c in batches[i]]),
+                                              coread_saved(cost, owners[i], ok, block))) for i in picked]
         measured, model = float(np.median(gaps[picked])), float(np.median(prices))
         rows.append({"group": f"({lo}, {hi}]", "steps": len(picked), "seqs": int(np.median(seqs[picked])),
                      "context": float(np.mean([batches[i].mean() for i in picked])),

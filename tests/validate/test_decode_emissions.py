@@ -61,3 +61,19 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit) as exc:
         de.main([str(LEVEL), "--min-steps", "0"])
     assert exc.value.code == 2 and "--min-steps 0" in capsys.readouterr().err
+
+
+def test_a_batch_over_shared_prefixes_is_priced_with_the_simulators_co_reads() -> None:
+    from types import SimpleNamespace
+
+    from latsim.costmodel.coreads import CoReads
+
+    terms = CoReads(saving=0.5, ctas_per_sm=1.0, hbm_bandwidth=1e12, source="t").bind(64, 1, 1e12)  # one wave
+    requests = pd.DataFrame({"input_tokens": [2000, 2000, 1500, 900, 3000],
+                             "prefix_group": [0, 0, 1, 0, -1], "prefix_tokens": [1030, 1030, 500, 1030, 0]})
+    cost = SimpleNamespace(coreads=terms)
+    owners = np.array([0, 1, 2, 3, 4])
+    # group 0: three readers of 1,024 tokens (block-aligned; the 900-token prompt holds 896), group 1 alone
+    assert de.coread_saved(cost, owners, requests, 16) == round(0.5 * 2 * (1024 + 1024 + 896) / 3)
+    assert de.coread_saved(SimpleNamespace(coreads=None), owners, requests, 16) == 0
+    assert de.coread_saved(cost, owners, requests.drop(columns=["prefix_group"]), 16) == 0
