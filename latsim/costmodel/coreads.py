@@ -10,18 +10,18 @@ reads every sequence's KV from HBM; the engine removes ``saving x`` the co-read 
 step's KV before pricing it (:func:`latsim.sim.shape.with_coreads`).
 
 Measured on the H100 (``data/traces/h100/s45``: ``shared`` scenarios of ``scripts/device_trace.py``
-against ``decode`` ones of the same contexts, Llama-3.1-8B and Qwen2.5-7B, 16-128 sequences,
-1-32 prefixes of 512-4,096 tokens); ``scripts/fit_coreads.py`` writes ``saving``, ``ctas_per_sm``
-and the measuring GPU's HBM bandwidth to :data:`COREADS_FILE` with the scenarios it used.  On
-another Hopper GPU the L2 read is taken to cost the same and the HBM read what the catalog's
-bandwidth says (:meth:`CoReads.saving_at`): the H200's faster HBM leaves less to save.  In those runs sequence ``j``
-read prefix ``j mod G`` (:func:`ordered_saved`); in a served batch the prefixes fall in no
-particular order, so the engine prices the expectation over random orders (:func:`expected_saved`).
-The wave needs the GPU's SM count: GPUs without one in the catalog get no discount, and only
-Hopper (``sm90``, where it was measured) gets one.  Multi-head attention (one query head per KV
-head) gets none either: Phi-3-mini's decode over one shared prefix ran 6 % faster (the model
-would say 29 %) and over four or eight none (``data/traces/h100/s45/shared-phi-3-mini``); why
-its waves do not co-read is open.
+against ``decode`` ones of the same contexts; Llama-3.1-8B and Qwen2.5-7B, 16-256 sequences, 1-64
+prefixes of 512-4,096 tokens); ``scripts/fit_coreads.py`` writes ``saving``, ``ctas_per_sm`` and
+the measuring GPU's HBM bandwidth to :data:`COREADS_FILE` with the scenarios it used.  In those
+runs sequence ``j`` read prefix ``j mod G`` (:func:`ordered_saved`); in a served batch the
+prefixes fall in no particular order, so the engine prices the expectation over random orders
+(:func:`expected_saved`).  On another Hopper GPU the L2 read is taken to cost the same and the
+HBM read what the catalog's bandwidth says (:meth:`CoReads.saving_at`): the H200's faster HBM
+leaves less to save.  The wave needs the GPU's SM count: GPUs without one in the catalog get no
+discount, and only Hopper (``sm90``, where it was measured) gets one.  Multi-head attention (one
+query head per KV head) gets none either: Phi-3-mini's decode over one shared prefix ran 6-7 %
+faster (the model would say up to 29 %) and over four or eight 0-3 %
+(``data/traces/h100/s45/shared-phi-3-mini``); why its waves do not co-read is open.
 """
 
 from __future__ import annotations
