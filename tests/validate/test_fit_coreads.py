@@ -1,0 +1,39 @@
+"""scripts/fit_coreads.py: the shipped co-read terms are what the fit gives on the committed traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from latsim.costmodel.coreads import load_coreads
+from latsim.paths import CALIBRATION
+from tests.script_module import load_script
+
+fc = load_script(Path("fit_coreads.py"))
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _traces() -> list[Path]:
+    doc = json.loads((CALIBRATION / "coreads.json").read_text())
+    words = doc["provenance"]["command"].split()
+    return [ROOT / w for w in words if w.startswith("data/traces/")]
+
+
+def test_the_shipped_terms_are_the_fit_of_their_traces() -> None:
+    traces = _traces()
+    assert traces and all(t.is_dir() for t in traces)
+    rows = fc.pairs([r for t in traces for r in fc.scenarios(t)])
+    result = fc.fit(rows)
+    shipped = load_coreads()
+    assert shipped is not None
+    assert result["saving"] == pytest.approx(shipped.saving, abs=1e-4)
+    assert result["ctas_per_sm"] == shipped.ctas_per_sm
+    assert result["rms"] < result["rms_without"] / 4  # the co-reads explain most of what sharing saves
+    assert all(row["model"] != "phi-3-mini" for row in result["scenarios"])  # MHA left out
+
+
+def test_a_folder_without_traces_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert fc.main([str(tmp_path)]) == 2
+    assert "error:" in capsys.readouterr().err
