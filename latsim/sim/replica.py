@@ -40,7 +40,7 @@ from latsim.costmodel.batch import CostModel
 from latsim.sim.protocols import FastForward, Scheduler
 from latsim.sim.recorder import Recorder
 from latsim.sim.request import Req
-from latsim.sim.shape import coread_tokens, plan_readers, step_shape, with_coreads
+from latsim.sim.shape import plan_coreads, step_shape
 
 
 class Replica:
@@ -143,11 +143,7 @@ class Replica:
                 req.first_scheduled = start
         if not plan.scheduled:
             return start
-        shape = step_shape(plan)
-        coreads = self.cost.coreads
-        if coreads is not None and shape.decode_seqs > 1:
-            saved = coread_tokens(coreads, shape.decode_seqs, plan_readers(plan))
-            shape = with_coreads(shape, saved)
+        shape = plan_coreads(step_shape(plan), plan, self.cost.coreads)
         end, decision = self.launch.step(self.cost, shape, self._cutoff, start, start + self.cost.step_time(shape))
         self.clock = end
         self.recorder.num_steps += 1

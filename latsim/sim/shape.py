@@ -99,6 +99,16 @@ def discounted_kv(kv: int, kv_sq: int, seqs: int, saved: int) -> tuple[int, int]
     return kv - saved, kv_sq + (2 * num + seqs) // (2 * seqs)
 
 
+def plan_coreads(shape: BatchShape, plan: StepPlan, coreads: BoundCoReads | None,
+                 base: Readers | None = None) -> BatchShape:
+    """``shape`` (of ``plan``, plus the decoders ``base`` counts) with its co-read tokens taken off
+    (:func:`with_coreads`); unchanged without co-read terms or with fewer than two decoders.  The
+    reference and the fast engine both price a step through here."""
+    if coreads is None or shape.decode_seqs < 2:
+        return shape
+    return with_coreads(shape, coread_tokens(coreads, shape.decode_seqs, plan_readers(plan, base)))
+
+
 def with_coreads(shape: BatchShape, saved: int) -> BatchShape:
     """``shape`` with ``saved`` decode KV tokens read from L2 (:mod:`latsim.costmodel.coreads`)."""
     if not saved:

@@ -42,7 +42,7 @@ from latsim.costmodel.batch import BatchShape, CostModel, squares_after
 from latsim.engines.vllm.cohort import DecodeCohort
 from latsim.engines.vllm.scheduler import SchedulerLimits, VllmScheduler
 from latsim.sim.request import RUNNING, Req, advance_request
-from latsim.sim.shape import coread_tokens, discounted_kv, plan_readers, step_shape, with_coreads
+from latsim.sim.shape import coread_tokens, discounted_kv, plan_coreads, step_shape
 from latsim.sim.step import StepPlan
 
 RUN_CHUNK = 32  # steps priced per call once a run outlives its prediction (then doubling)
@@ -136,11 +136,7 @@ class FastVllmScheduler(VllmScheduler):
         if not plan.scheduled and not k:
             return start, 0
         decode_kv, decode_sq = self._cohort_kv(k)
-        shape = step_shape(plan, k, decode_kv, decode_sq)
-        coreads = cost.coreads
-        if coreads is not None and shape.decode_seqs > 1:
-            readers = plan_readers(plan, self.cohort.readers)
-            shape = with_coreads(shape, coread_tokens(coreads, shape.decode_seqs, readers))
+        shape = plan_coreads(step_shape(plan, k, decode_kv, decode_sq), plan, cost.coreads, self.cohort.readers)
         end, self.last_start = self.launch.step(cost, shape, decided, start, start + cost.step_time(shape))
         assert self.recorder is not None
         self.recorder.num_steps += 1
