@@ -5,25 +5,29 @@
 
 Each ``shared:seqs=S,in=I,prefix=P,groups=G`` scenario of ``scripts/device_trace.py`` (sequence j
 reads prefix ``j mod G``) is paired with a ``decode:seqs=S,in=I+P`` scenario of the same model and
-GPU (any of the folders): the same contexts, no prefix shared.  Scenarios of a multi-head
-attention model (one query head per KV head) are printed and left out: the model gives them no
-co-reads (:func:`~latsim.costmodel.coreads.coreads_for`).  Per scenario, the median decode
+GPU (any of the folders): the same contexts, no prefix shared.  Per scenario, the median decode
 attention of its profiled pure decode steps (``steps.csv``), the base's scaled to the scenario's
 context (``context_at_profile``), gives the measured ratio; the model's is
-``1 - saving x co-read tokens / KV tokens`` with the co-reads of that order
-(:func:`~latsim.costmodel.coreads.ordered_saved`) in waves of ``ctas_per_sm x SMs / KV heads``.
-For each ``ctas_per_sm`` of a grid, ``saving`` is the least-squares fit of the ratios; the pair
-with the least RMS of the attention's relative error is kept.  ``--write`` writes
-``latsim/data/calibration/coreads.json`` (atomically) with both, the GPU's HBM bandwidth (other
-Hopper GPUs scale the saving by theirs: :meth:`~latsim.costmodel.coreads.CoReads.saving_at`),
-every scenario's row and the traces' digests.  The traces must come from one GPU.
+``1 - min(saving, cap) x co-read tokens / KV tokens`` with the co-reads of that order
+(:func:`~latsim.costmodel.coreads.ordered_saved`) in waves of ``ctas_per_sm x SMs / KV heads``
+and the cap of the model's decode tile (:func:`~latsim.costmodel.coreads.decode_tile_rows`,
+:meth:`~latsim.costmodel.coreads.CoReads.cap_at`).  First, on the pairs whose tile is the
+64-row one: for each ``ctas_per_sm`` of a grid, ``saving`` is the least-squares fit of the
+ratios, and the pair with the least RMS of the attention's relative error is kept.  Then, on the
+pairs of taller tiles (multi-head attention of head dim 96 runs 192 rows), ``ridge_rows`` is the
+grid value of least RMS (none without such pairs).  ``--write`` writes
+``latsim/data/calibration/coreads.json`` (atomically) with all three, the GPU's HBM bandwidth and
+bf16 FLOP/s (other Hopper GPUs scale by theirs), every scenario's row and the traces' digests.
+The traces must come from one GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +36,12 @@ import pandas as pd
 
 from latsim.atomic import atomic_write_text
 from latsim.catalog.lookup import detect_device, load_model
-from latsim.costmodel.coreads import COREADS_FILE, ordered_saved
+from latsim.costmodel.coreads import COREADS_FILE, ONE_GROUP_ROWS, CoReads, layer_tile_rows, ordered_saved
 from latsim.paths import CALIBRATION
 from latsim.provenance import file_digest, record
 
 CTAS_GRID = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+RIDGE_GRID = tuple(float(r) for r in np.round(np.geomspace(64.0, 4096.0, 601), 2))
 
 
 def _model_of(meta: dict[str, Any]) -> str:
@@ -67,7 +72,8 @@ def scenarios(folder: Path) -> list[dict[str, Any]]:
 
 
 def pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each shared scenario with its base (first decode scenario of the same model, GPU, S and context)."""
+    """Each shared scenario with its base (first decode scenario of the same model, GPU, S and
+    context) and its model's decode tiles (:func:`~latsim.costmodel.coreads.layer_tile_rows`)."""
     bases: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
         if r["kind"] == "decode":
@@ -82,46 +88,80 @@ def pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                   f"{r['model']}: left out)", file=sys.stderr)
             continue
         model, device = load_model(r["model"]), detect_device(r["gpu"])
-        expected = base["attention_s"] * r["context"] / base["context"]
-        if model.num_heads == model.num_kv_heads:
-            print(f"  ({r['model']} {r['label']}: multi-head attention, not modelled: measured "
-                  f"{1e3 * r['attention_s']:.3f} ms against {1e3 * expected:.3f} unshared)", file=sys.stderr)
-            continue
-        if not device.sm_count:
-            raise ValueError(f"{r['folder']}: GPU {r['gpu']!r} has no sm_count in the catalog")
-        kv_heads = model.num_kv_heads
-        out.append({**r, "base_label": base["label"], "base_folder": base["folder"], "expected_s": expected,
-                    "kv_tokens": r["seqs"] * r["context"], "sm_count": device.sm_count, "kv_heads": kv_heads,
-                    "hbm_bandwidth": device.hbm_bandwidth})
+        if not device.sm_count or "bf16" not in device.peak_flops:
+            raise ValueError(f"{r['folder']}: GPU {r['gpu']!r} has no sm_count or bf16 FLOP/s in the catalog")
+        tiles = layer_tile_rows(model)
+        out.append({**r, "base_label": base["label"], "base_folder": base["folder"],
+                    "expected_s": base["attention_s"] * r["context"] / base["context"],
+                    "kv_tokens": r["seqs"] * r["context"], "sm_count": device.sm_count,
+                    "kv_heads": model.num_kv_heads, "hbm_bandwidth": device.hbm_bandwidth,
+                    "peak_flops": device.peak_flops["bf16"], "tiles": tiles,
+                    "one_group": all(rows == ONE_GROUP_ROWS for _, rows in tiles)})
     return out
 
 
-def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """``saving`` and ``ctas_per_sm`` (the grid's best) and each row's modelled attention."""
-    ratio = np.array([r["attention_s"] / r["expected_s"] for r in rows])
-    grid: list[dict[str, Any]] = []
+def _shares(rows: list[dict[str, Any]], ctas: float) -> np.ndarray:
+    """Each pair's co-read tokens over its KV tokens in waves of ``ctas`` work units an SM."""
+    return np.array([ordered_saved([j % r["groups"] for j in range(r["seqs"])],
+                                   {g: r["prefix"] for g in range(r["groups"])},
+                                   ctas * r["sm_count"] / r["kv_heads"]) / r["kv_tokens"] for r in rows])
+
+
+def _rms(model: np.ndarray, ratio: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(((model - ratio) / ratio) ** 2))) if len(ratio) else 0.0
+
+
+def _saving_grid(rows: list[dict[str, Any]], ratio: np.ndarray) -> list[dict[str, Any]]:
+    """For each ``ctas_per_sm`` of the grid, the least-squares ``saving`` and its RMS."""
+    grid = []
     for ctas in CTAS_GRID:
-        x = np.array([ordered_saved([j % r["groups"] for j in range(r["seqs"])],
-                                    {g: r["prefix"] for g in range(r["groups"])},
-                                    ctas * r["sm_count"] / r["kv_heads"]) / r["kv_tokens"] for r in rows])
+        x = _shares(rows, ctas)
         saving = float(np.clip(x @ (1.0 - ratio) / (x @ x), 0.0, 1.0)) if x @ x > 0 else 0.0
-        model = 1.0 - saving * x
-        rms = float(np.sqrt(np.mean(((model - ratio) / ratio) ** 2)))
-        grid.append({"ctas_per_sm": ctas, "saving": saving, "rms": rms, "x": x})
+        grid.append({"ctas_per_sm": ctas, "saving": saving, "rms": _rms(1.0 - saving * x, ratio)})
+    return grid
+
+
+def _capped(rows: list[dict[str, Any]], terms: CoReads) -> np.ndarray:
+    """Each pair's modelled ratio under ``terms`` (its tiles' mean of the capped saving)."""
+    x = _shares(rows, terms.ctas_per_sm)
+    saving = np.array([sum(share * min(terms.saving, terms.cap_at(tile, r["hbm_bandwidth"], r["peak_flops"]))
+                           for share, tile in r["tiles"]) for r in rows])
+    return np.asarray(1.0 - saving * x)
+
+
+def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``saving`` and ``ctas_per_sm`` (the grid's best on the 64-row pairs), ``ridge_rows`` (the
+    grid's best on the others; infinite without any) and each pair's modelled attention."""
+    hbm, flops = {r["hbm_bandwidth"] for r in rows}, {r["peak_flops"] for r in rows}
+    if len(hbm) != 1 or len(flops) != 1:
+        raise ValueError(f"the traces come from GPUs of different HBM bandwidths or FLOP/s ({sorted(hbm)}, "
+                         f"{sorted(flops)}): one GPU at a time")
+    one = [r for r in rows if r["one_group"]]
+    tall = [r for r in rows if not r["one_group"]]
+    if not one:
+        raise ValueError("no pair of a 64-row decode tile (grouped queries of head dim 64 or 128) to fit the saving on")
+    ratio_one = np.array([r["attention_s"] / r["expected_s"] for r in one])
+    grid = _saving_grid(one, ratio_one)
     best = min(grid, key=lambda g: g["rms"])
-    hbm = {r["hbm_bandwidth"] for r in rows}
-    if len(hbm) != 1:
-        raise ValueError(f"the traces come from GPUs of different HBM bandwidths ({sorted(hbm)}): one GPU at a time")
-    no_sharing = float(np.sqrt(np.mean(((1.0 - ratio) / ratio) ** 2)))
+    terms = CoReads(best["saving"], best["ctas_per_sm"], hbm.pop(), "fit", peak_flops=flops.pop())
+    ridge, ridge_rms = math.inf, None
+    if tall:
+        ratio_tall = np.array([r["attention_s"] / r["expected_s"] for r in tall])
+        ridge_rms, ridge = min((_rms(_capped(tall, replace(terms, ridge_rows=g)), ratio_tall), g) for g in RIDGE_GRID)
+    terms = replace(terms, ridge_rows=ridge)
+    ratio = np.array([r["attention_s"] / r["expected_s"] for r in rows])
+    model = _capped(rows, terms)
     scen = [{"trace": r["folder"], "scenario": r["label"], "base": f"{r['base_folder']} {r['base_label']}",
              "model": r["model"], "gpu": r["gpu"], "seqs": r["seqs"], "groups": r["groups"], "prefix": r["prefix"],
-             "steps": r["steps"], "measured_ms": 1e3 * r["attention_s"], "unshared_ms": 1e3 * r["expected_s"],
-             "modelled_ms": 1e3 * r["expected_s"] * (1.0 - best["saving"] * x)}
-            for r, x in zip(rows, best["x"], strict=True)]
-    return {"saving": best["saving"], "ctas_per_sm": best["ctas_per_sm"], "rms": best["rms"],
-            "gpu": rows[0]["gpu"], "hbm_bandwidth_gb_s": hbm.pop() / 1e9,
-            "rms_without": no_sharing,
-            "grid": [{k: v for k, v in g.items() if k != "x"} for g in grid], "scenarios": scen}
+             "tile_rows": [t for _, t in r["tiles"]], "steps": r["steps"], "measured_ms": 1e3 * r["attention_s"],
+             "unshared_ms": 1e3 * r["expected_s"], "modelled_ms": 1e3 * r["expected_s"] * m}
+            for r, m in zip(rows, model, strict=True)]
+    return {"saving": terms.saving, "ctas_per_sm": terms.ctas_per_sm, "ridge_rows": ridge,
+            "rms": best["rms"], "rms_tall": ridge_rms, "rms_all": _rms(model, ratio),
+            "rms_without": _rms(np.ones_like(ratio), ratio), "gpu": rows[0]["gpu"],
+            "hbm_bandwidth_gb_s": terms.hbm_bandwidth / 1e9, "peak_tflops_bf16": terms.peak_flops / 1e12,
+            "cap_64_rows": terms.cap_at(ONE_GROUP_ROWS, terms.hbm_bandwidth, terms.peak_flops),
+            "grid": grid, "scenarios": scen}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,19 +182,26 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['measured_ms']:6.3f}  unshared {s['unshared_ms']:6.3f}  modelled {s['modelled_ms']:6.3f} ms")
     for g in result["grid"]:
         print(f"  ctas_per_sm {g['ctas_per_sm']:.2f}: saving {g['saving']:.3f}, rms {100 * g['rms']:.1f} %")
-    print(f"kept: ctas_per_sm {result['ctas_per_sm']}, saving {result['saving']:.3f} (rms {100 * result['rms']:.1f} %, "
-          f"{100 * result['rms_without']:.1f} % without co-reads)")
+    print(f"kept: ctas_per_sm {result['ctas_per_sm']}, saving {result['saving']:.3f} (rms of the 64-row pairs "
+          f"{100 * result['rms']:.1f} %)")
+    if result["rms_tall"] is not None:
+        print(f"ridge_rows {result['ridge_rows']:.1f} (rms of the taller tiles' pairs "
+              f"{100 * result['rms_tall']:.1f} %; 64 rows capped at {result['cap_64_rows']:.3f})")
+    print(f"all pairs: rms {100 * result['rms_all']:.1f} %, {100 * result['rms_without']:.1f} % without co-reads")
     if args.write:
         path = CALIBRATION / COREADS_FILE
         inputs = {f"{t.as_posix()}/{name}": file_digest(t / name) for t in args.traces
                   for name in ("timings.json", "steps.csv")}
-        doc = {"saving": round(result["saving"], 4), "ctas_per_sm": result["ctas_per_sm"],
-               "hbm_bandwidth_gb_s": result["hbm_bandwidth_gb_s"], "measured_on": result["gpu"],
-               "note": "share of an HBM read of a shared prefix block that a co-read (a sequence of the same "
-                       "decode wave reading it) saves; see latsim/costmodel/coreads.py",
-               "provenance": record(inputs, {k: v for k, v in result.items()
-                                             if k not in ("saving", "ctas_per_sm", "gpu", "hbm_bandwidth_gb_s")},
-                                    exclude=path)}
+        ridge = None if math.isinf(result["ridge_rows"]) else result["ridge_rows"]
+        kept = ("saving", "ctas_per_sm", "gpu", "hbm_bandwidth_gb_s", "ridge_rows", "peak_tflops_bf16")
+        doc = {"saving": round(result["saving"], 4), "ctas_per_sm": result["ctas_per_sm"], "ridge_rows": ridge,
+               "hbm_bandwidth_gb_s": result["hbm_bandwidth_gb_s"], "peak_tflops_bf16": result["peak_tflops_bf16"],
+               "measured_on": result["gpu"],
+               "note": "saving: share of an HBM read of a shared prefix block that a co-read (a sequence of the "
+                       "same decode wave reading it) saves; ridge_rows: the decode tile height whose matrix "
+                       "products take as long as its unshared read (a co-read saves at most 1 - rows / ridge); "
+                       "see latsim/costmodel/coreads.py",
+               "provenance": record(inputs, {k: v for k, v in result.items() if k not in kept}, exclude=path)}
         atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
         print(f"wrote {path}")
     return 0

@@ -89,7 +89,7 @@ def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_d
     """
     gpu = gpu or gpu_cost_model(model, device, tp, weight_dtype, kv_dtype, kind)
     host = (host or NO_HOST).at_speed(host_speed)
-    coreads = coreads_for(device, max(1, model.num_kv_heads // tp), model.num_heads // model.num_kv_heads)
+    coreads = coreads_for(device, model, tp, kv_dtype)
     return HostOverlapCostModel(gpu, host, asynchronous, layers=model.num_layers, moe_layers=model.num_moe_layers,
                                 graph_tokens=graph_tokens, coreads=coreads)
 

@@ -10,9 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from latsim.catalog.lookup import load_device
+from latsim.catalog.lookup import load_device, load_model
 from latsim.costmodel.batch import BatchShape, squares_after
-from latsim.costmodel.coreads import CoReads, coreads_for, expected_saved, load_coreads, ordered_saved
+from latsim.costmodel.coreads import (
+    CoReads,
+    coreads_for,
+    decode_tile_rows,
+    expected_saved,
+    layer_tile_rows,
+    load_coreads,
+    ordered_saved,
+)
 from latsim.sim.shape import discounted_kv, with_coreads
 
 TERMS = CoReads(saving=0.6, ctas_per_sm=1.0, hbm_bandwidth=3.35e12, source="test")
@@ -73,11 +81,61 @@ def test_files_load_or_are_named_when_malformed(tmp_path: Path):
     assert load_coreads(bad) == CoReads(0.5, 1.0, 3.35e12, str(bad))
 
 
-def test_only_hopper_gpus_with_an_sm_count_and_grouped_queries_get_co_reads():
-    assert coreads_for(load_device("a100"), 8, 4) is None
-    assert coreads_for(load_device("h100"), 32, 1) is None  # multi-head attention: measured none
-    h200 = coreads_for(load_device("h200"), 8, 4)
+def test_only_hopper_gpus_with_an_sm_count_get_co_reads():
+    model = load_model("llama-3.1-8b")
+    assert coreads_for(load_device("a100"), model) is None
+    h200 = coreads_for(load_device("h200"), model)
     assert h200 is not None and 0.0 < h200.saving < load_coreads().saving  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("head_dim", "group", "windowed", "kv_bytes", "rows"), [
+    (128, 4, False, 2, 64), (128, 1, False, 2, 64), (64, 8, False, 2, 64),  # one warpgroup's 64 rows
+    (96, 1, False, 2, 192), (80, 1, False, 2, 192),  # head dim up to 96: 192 rows
+    (128, 4, True, 2, 128), (128, 4, False, 1, 128), (256, 2, False, 2, 128),  # a window, an FP8 cache, 256
+    (128, 128, False, 2, 128), (64, 4, True, 2, 192)])  # a group past 64 rows; a window at head dim 64
+def test_the_decode_tile_follows_fa3s_choice(head_dim, group, windowed, kv_bytes, rows):
+    assert decode_tile_rows(head_dim, group, windowed, kv_bytes) == rows
+
+
+def test_a_tile_of_bad_sizes_is_refused():
+    with pytest.raises(ValueError, match="head_dim and queries_per_kv"):
+        decode_tile_rows(0, 4)
+
+
+def test_a_tall_tile_caps_what_a_co_read_saves():
+    """A co-read saves at most ``1 - rows / ridge``; the ridge scales with FLOP/s over bandwidth."""
+    capped = CoReads(0.6, 1.0, 3.35e12, "t", ridge_rows=200.0, peak_flops=1e15)
+    assert capped.cap_at(64, 3.35e12, 1e15) == pytest.approx(1 - 64 / 200)
+    assert capped.cap_at(192, 3.35e12, 1e15) == pytest.approx(0.04)
+    assert capped.cap_at(192, 2 * 3.35e12, 1e15) == 0.0  # twice the bandwidth halves the ridge
+    assert capped.cap_at(64, 3.35e12, 2e15) == pytest.approx(1 - 64 / 400)
+    assert capped.cap_at(64, 3.35e12, 0.0) == 0.0  # a GPU without a FLOP figure
+    assert TERMS.cap_at(192, 3.35e12, 1e15) == 1.0  # no ridge: no cap
+    bound = capped.bind(132, 32, 3.35e12, 1e15, [(0.5, 64), (0.5, 192)])
+    assert bound.saving == pytest.approx(0.5 * 0.6 + 0.5 * 0.04)  # the layers' mean, each capped
+    with pytest.raises(ValueError, match="peak_flops"):
+        CoReads(0.6, 1.0, 3.35e12, "t", ridge_rows=200.0)
+
+
+def test_layers_run_the_tile_of_their_kind():
+    assert layer_tile_rows(load_model("llama-3.1-8b")) == [(1.0, 64)]
+    assert layer_tile_rows(load_model("llama-3.1-8b"), "fp8") == [(1.0, 128)]
+    assert layer_tile_rows(load_model("phi-3-mini")) == [(1.0, 192)]
+    gemma = load_model("gemma-3-27b")
+    full = gemma.num_full_attention_layers / gemma.num_layers
+    assert layer_tile_rows(gemma) == [(pytest.approx(full), 64), (pytest.approx(1 - full), 128)]
+
+
+def test_the_shipped_cap_leaves_grouped_queries_their_saving_and_mha_of_head_dim_96_little():
+    """Measured: Phi-3-mini (192 rows) saved a fraction of what the 8B (64 rows) saved."""
+    h100 = load_device("h100")
+    terms = load_coreads()
+    assert terms is not None and terms.ridge_rows < 1000
+    eight_b, phi = coreads_for(h100, load_model("llama-3.1-8b")), coreads_for(h100, load_model("phi-3-mini"))
+    assert eight_b is not None and phi is not None
+    assert eight_b.saving == pytest.approx(terms.saving)
+    assert 0.0 <= phi.saving < eight_b.saving / 3
+    assert phi.wave == pytest.approx(132 / 32)
 
 
 @given(kv=st.integers(1000, 10**6), seqs=st.integers(2, 256), share=st.floats(0.0, 0.6), steps=st.integers(0, 50))

@@ -30,8 +30,17 @@ def test_the_shipped_terms_are_the_fit_of_their_traces() -> None:
     assert shipped is not None
     assert result["saving"] == pytest.approx(shipped.saving, abs=1e-4)
     assert result["ctas_per_sm"] == shipped.ctas_per_sm
-    assert result["rms"] < result["rms_without"] / 4  # the co-reads explain most of what sharing saves
-    assert all(row["model"] != "phi-3-mini" for row in result["scenarios"])  # MHA left out
+    assert result["ridge_rows"] == pytest.approx(shipped.ridge_rows, abs=0.01)
+    assert result["rms_all"] < result["rms_without"] / 4  # the co-reads explain most of what sharing saves
+    assert result["cap_64_rows"] > result["saving"]  # the 64-row pairs the saving was fitted on stay uncapped
+    phi = [row for row in result["scenarios"] if row["model"] == "phi-3-mini"]
+    assert phi and all(row["tile_rows"] == [192] for row in phi)  # MHA of head dim 96: the tall tile
+
+
+def test_pairs_of_tall_tiles_alone_cannot_fit_the_saving(capsys: pytest.CaptureFixture[str]) -> None:
+    phi = [t for t in _traces() if "phi-3-mini" in t.name]
+    assert phi and fc.main([str(t) for t in phi]) == 2
+    assert "64-row decode tile" in capsys.readouterr().err
 
 
 def test_a_folder_without_traces_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
