@@ -24,6 +24,7 @@ The traces must come from one GPU.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -49,11 +50,20 @@ def _model_of(meta: dict[str, Any]) -> str:
     return str(argv[argv.index("--model") + 1]) if "--model" in argv else ""
 
 
+def _kv_dtype_of(meta: dict[str, Any]) -> str:
+    """The trace's cache dtype: ``fp8`` when its engine ran ``kv_cache_dtype`` fp8*, else ``bf16``."""
+    argv = meta.get("argv", [])
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--engine-arg" and value.startswith("kv_cache_dtype="):
+            return "fp8" if str(json.loads(value.split("=", 1)[1])).startswith("fp8") else "bf16"
+    return "bf16"
+
+
 def scenarios(folder: Path) -> list[dict[str, Any]]:
     """The folder's decode and shared scenarios: label, parameters, context and median attention (s)."""
     meta = json.loads((folder / "timings.json").read_text())
     steps = pd.read_csv(folder / "steps.csv")
-    model, gpu = _model_of(meta), meta.get("gpu_name")
+    model, gpu, kv_dtype = _model_of(meta), meta.get("gpu_name"), _kv_dtype_of(meta)
     if not model or not gpu:
         raise ValueError(f"{folder}: timings.json names no --model or no gpu_name")
     out = []
@@ -65,7 +75,7 @@ def scenarios(folder: Path) -> list[dict[str, Any]]:
                      & (steps["decode_reqs"] == spec["seqs"])]
         if rows.empty:
             raise ValueError(f"{folder}: no pure decode step of {spec['seqs']} sequences in {spec['label']!r}")
-        out.append({"folder": folder.as_posix(), "model": model, "gpu": gpu, **spec,
+        out.append({"folder": folder.as_posix(), "model": model, "gpu": gpu, "kv_dtype": kv_dtype, **spec,
                     "context": float(np.mean(sc["context_at_profile"])),
                     "attention_s": float(rows["attention_us"].median()) * 1e-6, "steps": len(rows)})
     return out
@@ -77,12 +87,12 @@ def pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     bases: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
         if r["kind"] == "decode":
-            bases.setdefault((r["model"], r["gpu"], r["seqs"], r["in"]), r)
+            bases.setdefault((r["model"], r["gpu"], r["kv_dtype"], r["seqs"], r["in"]), r)
     out = []
     for r in rows:
         if r["kind"] != "shared":
             continue
-        base = bases.get((r["model"], r["gpu"], r["seqs"], r["in"] + r["prefix"]))
+        base = bases.get((r["model"], r["gpu"], r["kv_dtype"], r["seqs"], r["in"] + r["prefix"]))
         if base is None:
             print(f"  (no decode:seqs={r['seqs']},in={r['in'] + r['prefix']} for {r['label']} of "
                   f"{r['model']}: left out)", file=sys.stderr)
@@ -96,7 +106,7 @@ def pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "kv_tokens": r["seqs"] * r["context"], "sm_count": device.sm_count,
                     "kv_heads": model.num_kv_heads, "hbm_bandwidth": device.hbm_bandwidth,
                     "peak_flops": device.peak_flops["bf16"], "tiles": tiles,
-                    "one_group": all(rows == ONE_GROUP_ROWS for _, rows in tiles)})
+                    "one_group": r["kv_dtype"] == "bf16" and all(rows == ONE_GROUP_ROWS for _, rows in tiles)})
     return out
 
 
@@ -124,41 +134,55 @@ def _saving_grid(rows: list[dict[str, Any]], ratio: np.ndarray) -> list[dict[str
 def _capped(rows: list[dict[str, Any]], terms: CoReads) -> np.ndarray:
     """Each pair's modelled ratio under ``terms`` (its tiles' mean of the capped saving)."""
     x = _shares(rows, terms.ctas_per_sm)
-    saving = np.array([sum(share * min(terms.saving, terms.cap_at(tile, r["hbm_bandwidth"], r["peak_flops"]))
+    saving = np.array([sum(share * min(terms.saving, terms.cap_at(tile, r["hbm_bandwidth"], r["peak_flops"],
+                                                                   r["kv_dtype"]))
                            for share, tile in r["tiles"]) for r in rows])
     return np.asarray(1.0 - saving * x)
 
 
+def _ridge(rows: list[dict[str, Any]], terms: CoReads, field: str) -> tuple[float, float | None]:
+    """The grid's ``field`` (a ridge) of least RMS on ``rows`` and that RMS (infinite and None
+    without rows)."""
+    if not rows:
+        return math.inf, None
+    ratio = np.array([r["attention_s"] / r["expected_s"] for r in rows])
+    def at(g: float) -> CoReads:
+        return replace(terms, ridge_rows=g) if field == "ridge_rows" else replace(terms, ridge_rows_fp8=g)
+
+    rms, ridge = min((_rms(_capped(rows, at(g)), ratio), g) for g in RIDGE_GRID)
+    return ridge, rms
+
+
 def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """``saving`` and ``ctas_per_sm`` (the grid's best on the 64-row pairs), ``ridge_rows`` (the
-    grid's best on the others; infinite without any) and each pair's modelled attention."""
+    """``saving`` and ``ctas_per_sm`` (the grid's best on the 64-row pairs over a bf16 cache),
+    ``ridge_rows`` (the grid's best on the taller tiles' bf16 pairs), ``ridge_rows_fp8`` (on the
+    FP8 cache's pairs; either infinite without pairs) and each pair's modelled attention."""
     hbm, flops = {r["hbm_bandwidth"] for r in rows}, {r["peak_flops"] for r in rows}
     if len(hbm) != 1 or len(flops) != 1:
         raise ValueError(f"the traces come from GPUs of different HBM bandwidths or FLOP/s ({sorted(hbm)}, "
                          f"{sorted(flops)}): one GPU at a time")
     one = [r for r in rows if r["one_group"]]
-    tall = [r for r in rows if not r["one_group"]]
     if not one:
-        raise ValueError("no pair of a 64-row decode tile (grouped queries of head dim 64 or 128) to fit the saving on")
-    ratio_one = np.array([r["attention_s"] / r["expected_s"] for r in one])
-    grid = _saving_grid(one, ratio_one)
+        raise ValueError("no pair of a 64-row decode tile over a bf16 cache (grouped queries of head dim 64 or "
+                         "128) to fit the saving on")
+    grid = _saving_grid(one, np.array([r["attention_s"] / r["expected_s"] for r in one]))
     best = min(grid, key=lambda g: g["rms"])
     terms = CoReads(best["saving"], best["ctas_per_sm"], hbm.pop(), "fit", peak_flops=flops.pop())
-    ridge, ridge_rms = math.inf, None
-    if tall:
-        ratio_tall = np.array([r["attention_s"] / r["expected_s"] for r in tall])
-        ridge_rms, ridge = min((_rms(_capped(tall, replace(terms, ridge_rows=g)), ratio_tall), g) for g in RIDGE_GRID)
-    terms = replace(terms, ridge_rows=ridge)
+    ridge, rms_tall = _ridge([r for r in rows if not r["one_group"] and r["kv_dtype"] == "bf16"], terms,
+                             "ridge_rows")
+    ridge_fp8, rms_fp8 = _ridge([r for r in rows if r["kv_dtype"] == "fp8"], terms, "ridge_rows_fp8")
+    terms = replace(terms, ridge_rows=ridge, ridge_rows_fp8=ridge_fp8)
     ratio = np.array([r["attention_s"] / r["expected_s"] for r in rows])
     model = _capped(rows, terms)
     scen = [{"trace": r["folder"], "scenario": r["label"], "base": f"{r['base_folder']} {r['base_label']}",
-             "model": r["model"], "gpu": r["gpu"], "seqs": r["seqs"], "groups": r["groups"], "prefix": r["prefix"],
-             "tile_rows": [t for _, t in r["tiles"]], "steps": r["steps"], "measured_ms": 1e3 * r["attention_s"],
-             "unshared_ms": 1e3 * r["expected_s"], "modelled_ms": 1e3 * r["expected_s"] * m}
+             "model": r["model"], "gpu": r["gpu"], "kv_dtype": r["kv_dtype"], "seqs": r["seqs"],
+             "groups": r["groups"], "prefix": r["prefix"], "tile_rows": [t for _, t in r["tiles"]],
+             "steps": r["steps"], "measured_ms": 1e3 * r["attention_s"], "unshared_ms": 1e3 * r["expected_s"],
+             "modelled_ms": 1e3 * r["expected_s"] * m}
             for r, m in zip(rows, model, strict=True)]
     return {"saving": terms.saving, "ctas_per_sm": terms.ctas_per_sm, "ridge_rows": ridge,
-            "rms": best["rms"], "rms_tall": ridge_rms, "rms_all": _rms(model, ratio),
-            "rms_without": _rms(np.ones_like(ratio), ratio), "gpu": rows[0]["gpu"],
+            "ridge_rows_fp8": ridge_fp8, "rms": best["rms"], "rms_tall": rms_tall, "rms_fp8": rms_fp8,
+            "rms_all": _rms(model, ratio), "rms_without": _rms(np.ones_like(ratio), ratio), "gpu": rows[0]["gpu"],
             "hbm_bandwidth_gb_s": terms.hbm_bandwidth / 1e9, "peak_tflops_bf16": terms.peak_flops / 1e12,
             "cap_64_rows": terms.cap_at(ONE_GROUP_ROWS, terms.hbm_bandwidth, terms.peak_flops),
             "grid": grid, "scenarios": scen}
@@ -187,19 +211,25 @@ def main(argv: list[str] | None = None) -> int:
     if result["rms_tall"] is not None:
         print(f"ridge_rows {result['ridge_rows']:.1f} (rms of the taller tiles' pairs "
               f"{100 * result['rms_tall']:.1f} %; 64 rows capped at {result['cap_64_rows']:.3f})")
+    if result["rms_fp8"] is not None:
+        print(f"ridge_rows_fp8 {result['ridge_rows_fp8']:.1f} (rms of the FP8 cache's pairs "
+              f"{100 * result['rms_fp8']:.1f} %)")
     print(f"all pairs: rms {100 * result['rms_all']:.1f} %, {100 * result['rms_without']:.1f} % without co-reads")
     if args.write:
         path = CALIBRATION / COREADS_FILE
         inputs = {f"{t.as_posix()}/{name}": file_digest(t / name) for t in args.traces
                   for name in ("timings.json", "steps.csv")}
-        ridge = None if math.isinf(result["ridge_rows"]) else result["ridge_rows"]
-        kept = ("saving", "ctas_per_sm", "gpu", "hbm_bandwidth_gb_s", "ridge_rows", "peak_tflops_bf16")
+        ridge = {dtype: None if math.isinf(result[key]) else result[key]
+                 for dtype, key in (("bf16", "ridge_rows"), ("fp8", "ridge_rows_fp8"))}
+        kept = ("saving", "ctas_per_sm", "gpu", "hbm_bandwidth_gb_s", "ridge_rows", "ridge_rows_fp8",
+                "peak_tflops_bf16")
         doc = {"saving": round(result["saving"], 4), "ctas_per_sm": result["ctas_per_sm"], "ridge_rows": ridge,
                "hbm_bandwidth_gb_s": result["hbm_bandwidth_gb_s"], "peak_tflops_bf16": result["peak_tflops_bf16"],
                "measured_on": result["gpu"],
                "note": "saving: share of an HBM read of a shared prefix block that a co-read (a sequence of the "
-                       "same decode wave reading it) saves; ridge_rows: the decode tile height whose matrix "
-                       "products take as long as its unshared read (a co-read saves at most 1 - rows / ridge); "
+                       "same decode wave reading it) saves; ridge_rows: per cache dtype, the decode tile "
+                       "height whose work takes as long as its unshared read (a co-read saves at most 1 - rows / "
+                       "ridge); "
                        "see latsim/costmodel/coreads.py",
                "provenance": record(inputs, {k: v for k, v in result.items() if k not in kept}, exclude=path)}
         atomic_write_text(path, json.dumps(doc, indent=1) + "\n")

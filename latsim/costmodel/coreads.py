@@ -11,26 +11,29 @@ step's KV before pricing it (:func:`latsim.sim.shape.with_coreads`).
 
 Measured on the H100 (``data/traces/h100/s45``: ``shared`` scenarios of ``scripts/device_trace.py``
 against ``decode`` ones of the same contexts; Llama-3.1-8B and Qwen2.5-7B, 16-256 sequences, 1-64
-prefixes of 512-4,096 tokens); ``scripts/fit_coreads.py`` writes ``saving``, ``ctas_per_sm`` and
-the measuring GPU's HBM bandwidth to :data:`COREADS_FILE` with the scenarios it used.  In those
-runs sequence ``j`` read prefix ``j mod G`` (:func:`ordered_saved`); in a served batch the
+prefixes of 512-4,096 tokens; ``s46``: Llama-2-7B); ``scripts/fit_coreads.py`` writes ``saving``,
+``ctas_per_sm`` and the measuring GPU's HBM bandwidth to :data:`COREADS_FILE` with the scenarios
+it used.  In those runs sequence ``j`` read prefix ``j mod G`` (:func:`ordered_saved`); in a served batch the
 prefixes fall in no particular order, so the engine prices the expectation over random orders
 (:func:`expected_saved`).  On another Hopper GPU the L2 read is taken to cost the same and the
 HBM read what the catalog's bandwidth says (:meth:`CoReads.saving_at`): the H200's faster HBM
 leaves less to save.  The wave needs the GPU's SM count: GPUs without one in the catalog get no
 discount, and only Hopper (``sm90``, where it was measured) gets one.
 
-A co-read takes the KV read off the step, not the tile's matrix products.  FA3 runs a decode
-call's tile of ``M`` query rows whatever the rows it holds (:func:`decode_tile_rows`: 64 rows for
-head dims of 64 and 128 over a bf16 cache without a window, where one query group fits; 192 for
-head dims up to 96, 128 above), ``4 x M x head_dim`` FLOP for every KV token and head read, so
-a co-read saves at most ``1 - M / ridge_rows`` of that token's time: ``ridge_rows`` is the tile
-height whose matrix products take as long as the unshared read.  Phi-3-mini (multi-head
-attention of head dim 96: a 192-row tile) saved 13-17 % of its co-read tokens' time where
-Llama-3.1-8B and Qwen2.5-7B (64 rows) saved 60 %; ``scripts/fit_coreads.py`` fits ``ridge_rows``
-on such pairs after ``saving`` and ``ctas_per_sm`` on the others.  On another GPU it scales
-with the GPU's bf16 FLOP/s over its HBM bandwidth (:meth:`CoReads.cap_at`); a model whose layers
-run different tiles (sliding-window layers: no 64-row tile) gets the layers' mean.
+A co-read takes the KV read off the step, not the tile's work.  FA3 runs a decode call's tile
+of ``M`` query rows whatever the rows it holds (:func:`decode_tile_rows`: 64 rows for head dims
+of 64 and 128 without a window, where a query group fits; 192 for head dims up to 96, 128
+above), ``4 x M x head_dim`` FLOP for every KV token and head read, so a co-read saves at most
+``1 - M / ridge_rows`` of that token's time: ``ridge_rows`` is the tile height whose work takes
+as long as the unshared read.  On the H100 (``data/traces/h100/s45``, ``s46``): Llama-3.1-8B,
+Qwen2.5-7B and Llama-2-7B (multi-head, head dim 128: 64 rows) saved about 60 % of their
+co-read tokens' time, Mistral-7B (windowed: 128 rows) 39-46 %, Phi-3-mini (head dim 96: 192
+rows) 13-17 %, the 8B over an FP8 cache (64 rows, but an FP8 tile does more a byte read)
+16-20 %.  ``scripts/fit_coreads.py`` fits ``saving`` and ``ctas_per_sm`` on the 64-row bf16
+pairs, then ``ridge_rows`` on the taller tiles' and ``ridge_rows_fp8`` on the FP8 cache's.  On
+another GPU the ridge scales with the GPU's bf16 FLOP/s over its HBM bandwidth
+(:meth:`CoReads.cap_at`); a model whose layers run different tiles (Gemma-3's sliding-window
+layers) gets the layers' mean.
 """
 
 from __future__ import annotations
@@ -51,16 +54,16 @@ ONE_GROUP_ROWS = 64
 """The one-warpgroup tile FA3 runs a decode call on when its query group fits (head dim 64 or 128)."""
 
 
-def decode_tile_rows(head_dim: int, queries_per_kv: int, windowed: bool = False, kv_bytes: int = 2) -> int:
+def decode_tile_rows(head_dim: int, queries_per_kv: int, windowed: bool = False) -> int:
     """Query rows of the tile vLLM 0.25.1's FA3 (sm90) runs a pure decode call with: 64 where
     the head dim rounds to 64 or 128, the ``queries_per_kv`` query heads of a KV head fit 64
-    rows, the layer has no sliding window and the cache is 16-bit; else 192 up to head dim 96
-    and 128 above (an FP8 cache halves the bytes a row reads and doubles the MMA rate: the
-    same rows weigh the same against the read)."""
+    rows and the layer has no sliding window (over a bf16 or an FP8 cache: the traced 8B's
+    decode kernels are 64 x 176 and 64 x 96 tiles of 256 threads); else 192 up to head dim 96
+    (Phi-3-mini: 512 threads) and 128 above (Mistral-7B's windowed layers: 384 threads)."""
     if head_dim < 1 or queries_per_kv < 1:
         raise ValueError(f"head_dim and queries_per_kv must be >= 1, got {head_dim} and {queries_per_kv}")
     rounded = next((d for d in (64, 96, 128, 192, 256) if head_dim <= d), head_dim)
-    if rounded in (64, 128) and queries_per_kv <= ONE_GROUP_ROWS and not windowed and kv_bytes == 2:
+    if rounded in (64, 128) and queries_per_kv <= ONE_GROUP_ROWS and not windowed:
         return ONE_GROUP_ROWS
     return 192 if rounded <= 96 else 128
 
@@ -115,14 +118,16 @@ class CoReads:
     """The fitted co-read terms: ``saving`` is the share of an HBM read a co-read saves on the GPU
     they were measured on, whose HBM moves ``hbm_bandwidth`` bytes/s; ``ctas_per_sm`` the decode
     work units an SM runs at once; ``source`` the file they came from; ``ridge_rows`` the decode
-    tile's height whose matrix products take as long as its unshared KV read on that GPU, of
-    ``peak_flops`` bf16 FLOP/s (infinite: no cap, :meth:`cap_at`)."""
+    tile's height whose work takes as long as its unshared KV read on that GPU, of ``peak_flops``
+    bf16 FLOP/s, over a bf16 cache, ``ridge_rows_fp8`` over an FP8 one (infinite: no cap,
+    :meth:`cap_at`)."""
 
     saving: float
     ctas_per_sm: float
     hbm_bandwidth: float
     source: str
     ridge_rows: float = math.inf
+    ridge_rows_fp8: float = math.inf
     peak_flops: float = 0.0
 
     def __post_init__(self) -> None:
@@ -132,10 +137,12 @@ class CoReads:
             raise ValueError(f"ctas_per_sm must be > 0, got {self.ctas_per_sm}")
         if self.hbm_bandwidth <= 0.0:
             raise ValueError(f"hbm_bandwidth must be > 0, got {self.hbm_bandwidth}")
-        if not self.ridge_rows > 0.0:
-            raise ValueError(f"ridge_rows must be > 0, got {self.ridge_rows}")
-        if math.isfinite(self.ridge_rows) and not self.peak_flops > 0.0:
-            raise ValueError(f"peak_flops must be > 0 with a finite ridge_rows, got {self.peak_flops}")
+        for name in ("ridge_rows", "ridge_rows_fp8"):
+            ridge = getattr(self, name)
+            if not ridge > 0.0:
+                raise ValueError(f"{name} must be > 0, got {ridge}")
+            if math.isfinite(ridge) and not self.peak_flops > 0.0:
+                raise ValueError(f"peak_flops must be > 0 with a finite {name}, got {self.peak_flops}")
 
     def saving_at(self, hbm_bandwidth: float) -> float:
         """The saving on a Hopper GPU whose HBM moves ``hbm_bandwidth`` bytes/s: a co-read takes
@@ -143,27 +150,31 @@ class CoReads:
         same on every Hopper die, so a faster HBM leaves less to save (the H200: 0.59 -> 0.41)."""
         return min(1.0, max(0.0, 1.0 - (1.0 - self.saving) * hbm_bandwidth / self.hbm_bandwidth))
 
-    def cap_at(self, tile_rows: int, hbm_bandwidth: float, peak_flops: float) -> float:
+    def cap_at(self, tile_rows: int, hbm_bandwidth: float, peak_flops: float, kv_dtype: str = "bf16") -> float:
         """The most a co-read saves of a KV token's decode time where the tile holds ``tile_rows``
-        query rows, on a GPU of ``hbm_bandwidth`` bytes/s and ``peak_flops`` bf16 FLOP/s: the
-        share of that time the tile's matrix products leave, ``1 - tile_rows / ridge``, the ridge
-        scaled from the measuring GPU by FLOP/s over bandwidth (1.0 without a ridge, 0.0 for a
-        GPU without a FLOP figure)."""
-        if not math.isfinite(self.ridge_rows):
+        query rows over a ``kv_dtype`` cache, on a GPU of ``hbm_bandwidth`` bytes/s and
+        ``peak_flops`` bf16 FLOP/s: the share of that time the tile's work leaves,
+        ``1 - tile_rows / ridge``, the ridge scaled from the measuring GPU by FLOP/s over
+        bandwidth (1.0 without a ridge, 0.0 for a GPU without a FLOP figure)."""
+        measured = self.ridge_rows_fp8 if kv_dtype == "fp8" else self.ridge_rows
+        if not math.isfinite(measured):
             return 1.0
         if peak_flops <= 0.0:
             return 0.0  # no FLOP figure for the GPU: nothing known to save
-        ridge = self.ridge_rows * (peak_flops / self.peak_flops) * (self.hbm_bandwidth / hbm_bandwidth)
+        ridge = measured * (peak_flops / self.peak_flops) * (self.hbm_bandwidth / hbm_bandwidth)
         return max(0.0, 1.0 - tile_rows / ridge)
 
     def bind(self, sm_count: int, kv_heads: int, hbm_bandwidth: float, peak_flops: float = 0.0,
-             layer_rows: Sequence[tuple[float, int]] = ((1.0, ONE_GROUP_ROWS),)) -> BoundCoReads:
+             layer_rows: Sequence[tuple[float, int]] = ((1.0, ONE_GROUP_ROWS),),
+             kv_dtype: str = "bf16") -> BoundCoReads:
         """These terms on a GPU of ``sm_count`` SMs, ``hbm_bandwidth`` bytes/s and ``peak_flops``
-        bf16 FLOP/s serving ``kv_heads`` KV heads per GPU, ``layer_rows`` the share of the
-        layers running each decode tile height (:func:`decode_tile_rows`): the saving is the
-        layers' mean of the scaled saving, each capped by its tile (:meth:`cap_at`)."""
+        bf16 FLOP/s serving ``kv_heads`` KV heads per GPU from a ``kv_dtype`` cache,
+        ``layer_rows`` the share of the layers running each decode tile height
+        (:func:`decode_tile_rows`): the saving is the layers' mean of the scaled saving, each
+        capped by its tile (:meth:`cap_at`)."""
         base = self.saving_at(hbm_bandwidth)
-        saving = sum(share * min(base, self.cap_at(rows, hbm_bandwidth, peak_flops)) for share, rows in layer_rows)
+        saving = sum(share * min(base, self.cap_at(rows, hbm_bandwidth, peak_flops, kv_dtype))
+                     for share, rows in layer_rows)
         return BoundCoReads(self, self.ctas_per_sm * sm_count / max(1, kv_heads), saving)
 
 
@@ -190,33 +201,31 @@ def load_coreads(path: Path | None = None) -> CoReads | None:
         return None
     try:
         data: dict[str, Any] = json.loads(path.read_text())
-        ridge = data.get("ridge_rows")
+        ridges = data.get("ridge_rows") or {}
+        ridge = {k: math.inf if ridges.get(k) is None else float(ridges[k]) for k in ("bf16", "fp8")}
         return CoReads(float(data["saving"]), float(data["ctas_per_sm"]), float(data["hbm_bandwidth_gb_s"]) * 1e9,
-                       str(path), math.inf if ridge is None else float(ridge),
-                       float(data.get("peak_tflops_bf16", 0.0)) * 1e12)
+                       str(path), ridge["bf16"], ridge["fp8"], float(data.get("peak_tflops_bf16", 0.0)) * 1e12)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a co-read file ({exc}); rebuild it with scripts/fit_coreads.py") from exc
 
 
-def layer_tile_rows(model: ModelSpec, kv_dtype: str = "bf16") -> list[tuple[float, int]]:
+def layer_tile_rows(model: ModelSpec) -> list[tuple[float, int]]:
     """``(share of the layers, decode tile rows)`` of ``model``'s full-attention and
-    sliding-window layers over a ``kv_dtype`` cache (:func:`decode_tile_rows`)."""
+    sliding-window layers (:func:`decode_tile_rows`)."""
     group = model.num_heads // model.num_kv_heads
-    kv_bytes = 1 if kv_dtype == "fp8" else 2
     layers = [(model.num_full_attention_layers, False), (model.num_sliding_window_layers, True)]
-    return [(n / model.num_layers, decode_tile_rows(model.head_dim, group, windowed, kv_bytes))
-            for n, windowed in layers if n]
+    return [(n / model.num_layers, decode_tile_rows(model.head_dim, group, windowed)) for n, windowed in layers if n]
 
 
 def coreads_for(device: DeviceSpec, model: ModelSpec, tp: int = 1, kv_dtype: str = "bf16",
                 path: Path | None = None) -> BoundCoReads | None:
     """The co-read terms bound to ``model`` at tensor parallelism ``tp`` on ``device`` with a
     ``kv_dtype`` cache (None off Hopper, without an SM count, or without the file): its KV heads
-    per GPU set the wave, its layers' decode tiles the cap (:func:`layer_tile_rows`)."""
+    per GPU set the wave, its layers' decode tiles and the cache the cap (:func:`layer_tile_rows`)."""
     if device.arch != "sm90" or not device.sm_count:
         return None
     terms = load_coreads(path)
     if terms is None:
         return None
     return terms.bind(device.sm_count, max(1, model.num_kv_heads // tp), device.hbm_bandwidth,
-                      device.peak_flops.get("bf16", 0.0), layer_tile_rows(model, kv_dtype))
+                      device.peak_flops.get("bf16", 0.0), layer_tile_rows(model), kv_dtype)

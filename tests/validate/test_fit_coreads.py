@@ -31,10 +31,12 @@ def test_the_shipped_terms_are_the_fit_of_their_traces() -> None:
     assert result["saving"] == pytest.approx(shipped.saving, abs=1e-4)
     assert result["ctas_per_sm"] == shipped.ctas_per_sm
     assert result["ridge_rows"] == pytest.approx(shipped.ridge_rows, abs=0.01)
+    assert result["ridge_rows_fp8"] == pytest.approx(shipped.ridge_rows_fp8, abs=0.01)
     assert result["rms_all"] < result["rms_without"] / 4  # the co-reads explain most of what sharing saves
     assert result["cap_64_rows"] > result["saving"]  # the 64-row pairs the saving was fitted on stay uncapped
     phi = [row for row in result["scenarios"] if row["model"] == "phi-3-mini"]
     assert phi and all(row["tile_rows"] == [192] for row in phi)  # MHA of head dim 96: the tall tile
+    assert {row["kv_dtype"] for row in result["scenarios"]} == {"bf16", "fp8"}
 
 
 def test_pairs_of_tall_tiles_alone_cannot_fit_the_saving(capsys: pytest.CaptureFixture[str]) -> None:
