@@ -52,18 +52,23 @@ def test_a_folder_without_traces_exits_2(tmp_path: Path, capsys: pytest.CaptureF
     assert "error:" in capsys.readouterr().err
 
 
-def test_a_held_out_model_of_the_128_row_tile_is_priced_within_5_percent() -> None:
-    """Gemma-2-9B (head dim 256: the 128-row tile; not among the fitted traces) on the same GPU:
-    the shipped terms price each pair's decode attention within 5 % of the measured, where the
-    saving without the tile's cap misses one by more than 7 %."""
-    trace = ROOT / "data/traces/h100/s46/shared-gemma-2-9b"
+@pytest.mark.parametrize(("name", "tiles", "kv_dtype"), [
+    ("shared-gemma-2-9b", [(0.5, 128), (0.5, 128)], "bf16"),  # head dim 256: the 128-row tile
+    ("shared-fp8kv-qwen2.5-7b", [(1.0, 64)], "fp8"),  # the FP8 cache's 64-row tile
+])
+def test_held_out_models_are_priced_within_5_percent(name: str, tiles: list[tuple[float, int]],
+                                                     kv_dtype: str) -> None:
+    """Traces on the same GPU that the fit did not see: the shipped terms price each pair's
+    decode attention within 5 % of the measured, where the saving without the tile's cap
+    misses one by more than 7 %."""
+    trace = ROOT / "data/traces/h100/s46" / name
     assert trace not in _traces()
     rows = fc.pairs(fc.scenarios(trace))
-    assert rows and all(r["tiles"] == [(0.5, 128), (0.5, 128)] for r in rows)
+    assert rows and all(r["tiles"] == tiles and r["kv_dtype"] == kv_dtype for r in rows)
     shipped = load_coreads()
     assert shipped is not None
     measured = [r["attention_s"] / r["expected_s"] for r in rows]
     capped = fc._capped(rows, shipped)
-    uncapped = fc._capped(rows, replace(shipped, ridge_rows=math.inf))
+    uncapped = fc._capped(rows, replace(shipped, ridge_rows=math.inf, ridge_rows_fp8=math.inf))
     assert max(abs(m / x - 1) for m, x in zip(capped, measured, strict=True)) < 0.05
     assert max(abs(m / x - 1) for m, x in zip(uncapped, measured, strict=True)) > 0.07
