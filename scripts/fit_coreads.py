@@ -132,11 +132,11 @@ def _saving_grid(rows: list[dict[str, Any]], ratio: np.ndarray) -> list[dict[str
 
 
 def _capped(rows: list[dict[str, Any]], terms: CoReads) -> np.ndarray:
-    """Each pair's modelled ratio under ``terms`` (its tiles' mean of the capped saving)."""
+    """Each pair's modelled ratio under ``terms`` (bound to its GPU, tiles and cache as the
+    simulator binds them: :meth:`~latsim.costmodel.coreads.CoReads.bind`)."""
     x = _shares(rows, terms.ctas_per_sm)
-    saving = np.array([sum(share * min(terms.saving, terms.cap_at(tile, r["hbm_bandwidth"], r["peak_flops"],
-                                                                   r["kv_dtype"]))
-                           for share, tile in r["tiles"]) for r in rows])
+    saving = np.array([terms.bind(r["sm_count"], r["kv_heads"], r["hbm_bandwidth"], r["peak_flops"], r["tiles"],
+                                  r["kv_dtype"]).saving for r in rows])
     return np.asarray(1.0 - saving * x)
 
 
