@@ -13,7 +13,9 @@ each one a batch of steps of a known composition:
   token): N prefill steps of I tokens (chunks of the token budget when I is above it);
 * ``chunked:in=I,n=N,decodes=D,din=J`` - D decoding requests of J prompt tokens in the
   background, then N prompts of I tokens one after another: steps of a prefill chunk at a
-  growing cached context beside D decodes (the long-prompt workload's steps);
+  growing cached context beside D decodes (the long-prompt workload's steps); with
+  ``prefix=P,groups=G`` the decoders share G prefixes of P tokens as ``shared``'s do (a step that
+  carries a prompt beside decodes over shared prefix blocks);
 * ``graphless:in=I,n=N,decodes=D,din=J`` - the same steps, never profiled: D decoders (0: none),
   then N prompts of I tokens one at a time, each sent at a random phase of the decode step;
   per prompt its TTFT, its send time and the decoders' emissions around it (:func:`graphless`),
@@ -102,20 +104,24 @@ def parse_scenario(text: str) -> dict[str, Any]:
     kinds = {"decode": {"seqs", "in"}, "prefill": {"in", "n"}, "chunked": {"in", "n", "decodes", "din"},
              "graphless": {"in", "n", "decodes", "din"}, "prefixed": {"in", "prefix", "n"},
              "shared": {"seqs", "in", "prefix", "groups"}}
+    optional = {"chunked": {"prefix", "groups"}}
     kind, _, rest = text.partition(":")
     if kind not in kinds:
         raise ValueError(f"scenario {text!r}: kind must be one of {', '.join(kinds)}")
+    accepted = kinds[kind] | optional.get(kind, set())
     out: dict[str, Any] = {"kind": kind, "label": text}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
         least = 0 if (kind, key) == ("graphless", "decodes") else 1
-        if key not in kinds[kind] or not value.isdigit() or int(value) < least:
-            raise ValueError(f"scenario {text!r}: {item!r}; {kind} takes {', '.join(sorted(kinds[kind]))} "
+        if key not in accepted or not value.isdigit() or int(value) < least:
+            raise ValueError(f"scenario {text!r}: {item!r}; {kind} takes {', '.join(sorted(accepted))} "
                              f"as positive integers" + (" (decodes may be 0)" if kind == "graphless" else ""))
         out[key] = int(value)
     missing = kinds[kind] - out.keys()
     if missing:
         raise ValueError(f"scenario {text!r}: missing {', '.join(sorted(missing))}")
+    if len(optional.get(kind, set()) & out.keys()) == 1:
+        raise ValueError(f"scenario {text!r}: {kind} takes prefix and groups together or neither")
     return out
 
 
@@ -276,16 +282,23 @@ async def stop_decoders(engine: Any, rids: list[str], tasks: list[Any]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def warm_prefixes(client: Client, tag: str, sc: dict[str, Any]) -> list[list[int]] | None:
+    """The scenario's ``groups`` shared prefixes of ``prefix`` tokens (None without ``groups``),
+    each cached by a request of its own before the decoders start."""
+    if not sc.get("groups"):
+        return None
+    prefixes = [client.own_ids(f"{tag}-prefix{g}", sc["prefix"]) for g in range(sc["groups"])]
+    for g, ids in enumerate(prefixes):
+        await client.one(f"{tag}-warm{g}", 16, 1, ids)
+    return prefixes
+
+
 async def decode(engine: Any, client: Client, sc: dict[str, Any], window_s: float, tag: str) -> dict[str, Any]:
     """S decoders; unprofiled gaps over ``window_s``, then a profiled stretch of the same length.
     A ``shared`` scenario's decoders share ``groups`` prefixes of ``prefix`` tokens (request j the
     prefix j mod groups, each cached by a request of its own first) before their ``in`` tokens:
     their steps read a prefix's KV blocks once for every sequence that shares it."""
-    prefixes = None
-    if sc.get("groups"):
-        prefixes = [client.own_ids(f"{tag}-prefix{g}", sc["prefix"]) for g in range(sc["groups"])]
-        for g, ids in enumerate(prefixes):
-            await client.one(f"{tag}-warm{g}", 16, 1, ids)
+    prefixes = await warm_prefixes(client, tag, sc)
     rids, tasks, ok = await start_decoders(client, tag, sc["seqs"], sc["in"], 4000, prefixes)
     t0 = time.perf_counter()
     await asyncio.sleep(window_s)
@@ -348,7 +361,8 @@ async def chunked(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> 
     """Long prompts beside ``decodes`` decoders; the decoders' gaps before (quiet) and while the
     unprofiled prompts ran (busy: the largest 16 gaps per prompt), and every engine step's time
     while they ran (``decode_step_gaps_ms``, :func:`step_gaps`: a prompt's steps are the longest)."""
-    rids, tasks, _ = await start_decoders(client, tag, sc["decodes"], sc["din"], 6000)
+    prefixes = await warm_prefixes(client, tag, sc)
+    rids, tasks, _ = await start_decoders(client, tag, sc["decodes"], sc["din"], 6000, prefixes)
     t0 = time.perf_counter()
     quiet = gaps_in(client, rids, t0 - 0.5, t0)
     res, unprofiled_end = await profiled_prompts(engine, client, sc, tag)
