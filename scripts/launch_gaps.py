@@ -41,6 +41,7 @@ import numpy as np
 
 from latsim.costmodel.host import check_host_speed
 from latsim.engines.vllm import host_write
+from latsim.engines.vllm.defaults import cudagraph_limit
 from latsim.engines.vllm.engine import default_executor
 from latsim.engines.vllm.host_terms import read_host_terms
 from latsim.measure.records import load_run
@@ -98,18 +99,43 @@ def check_engine_core(meta: dict, run: Path) -> None:
                          "are not held by a launch, so its gaps measure none")
 
 
+def step_tokens(carrier: np.ndarray, new_tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Tokens of the step behind each emission in ``carrier`` (the emission carrying a request's
+    first token, one entry a request): the new prompt tokens of every request whose first token
+    that emission carries, plus its other tokens (one a decoder)."""
+    emissions = len(counts)
+    prompts = np.bincount(carrier, weights=new_tokens, minlength=emissions)
+    firsts = np.bincount(carrier, minlength=emissions)
+    return np.asarray(prompts[carrier] + (counts[carrier] - firsts[carrier]), dtype=float)
+
+
+def graph_limit(meta: dict) -> int:
+    """The run's CUDA-graph limit (tokens; :func:`~latsim.engines.vllm.defaults.cudagraph_limit`
+    of its engine's ``max_num_seqs`` and ``max_num_batched_tokens``, vLLM's server defaults for a
+    run that did not record them)."""
+    engine = meta.get("engine_config") or {}
+    return cudagraph_limit(int(engine.get("max_num_seqs") or 1024), int(engine.get("max_num_batched_tokens") or 8192))
+
+
 def gaps(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(launch gaps, tails, sequences of the launched step) of the held first tokens of ``run``,
-    gaps in seconds, and its layer count (:func:`check_engine_core` first)."""
+    gaps in seconds, and its layer count (:func:`check_engine_core` first).  A gap counts only
+    where the step it waited for ran without CUDA graphs (:func:`step_tokens` above the run's
+    :func:`graph_limit`): a long gap before a graph step (a prompt of a few hundred tokens whose
+    step replays a graph) is that step's GPU time, not a launch.  A request's new tokens are its
+    prompt less its shared prefix (``prefix_tokens``, cached when it ran)."""
     m = load_run(run)
     check_engine_core(m.meta, run)
     ok = m.requests[m.requests["status"] == "ok"]
     times = np.sort(np.concatenate([np.asarray(c, dtype=float) for c in ok["chunk_times_s"]]))
     emissions, counts = split_emissions(times)
     j = carrying_emission(emissions, ok["first_token_s"].to_numpy())
-    j = j[j >= 2]
+    prefix = ok["prefix_tokens"].fillna(0).to_numpy(dtype=float) if "prefix_tokens" in ok else 0.0
+    keep = j >= 2
+    j = j[keep]
+    tokens = step_tokens(j, (ok["input_tokens"].to_numpy(dtype=float) - prefix)[keep], counts)
     launch, tail = emissions[j - 1] - emissions[j - 2], emissions[j] - emissions[j - 1]
-    held = launch > HELD_S
+    held = (launch > HELD_S) & (tokens > graph_limit(m.meta))
     layers = int((m.meta.get("model") or {}).get("config", {}).get("num_hidden_layers", 0))
     if layers <= 0:
         raise SystemExit(f"{run}: meta.json has no model.config.num_hidden_layers")

@@ -62,7 +62,9 @@ class EngineSpec:
     - ``default_executor(tp)``: where the model runs when the deployment does not say, for an
       engine of ``tp`` GPUs (:data:`latsim.deployment.EXECUTORS`).
     - ``overlaps_host(engine)``: whether the engine's CPU work overlaps the GPU's.
-    - ``host_terms(kind)``: the engine's fitted CPU-side terms for a GPU model of ``kind``.
+    - ``host_terms(kind, model)``: the engine's fitted CPU-side terms for a GPU model of ``kind``,
+      serving the catalog model named ``model`` (``None``: any; a model's own measured terms,
+      such as its graph-less launch, where the engine has them).
     """
 
     name: str
@@ -73,4 +75,4 @@ class EngineSpec:
     graph_tokens: Callable[[EngineConfig], int | None]
     default_executor: Callable[[int], str]
     overlaps_host: Callable[[EngineConfig], bool]
-    host_terms: Callable[[str], HostOverhead]
+    host_terms: Callable[[str, str | None], HostOverhead]

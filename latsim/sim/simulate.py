@@ -55,15 +55,17 @@ def default_horizon(trace: RequestTrace) -> float:
 def default_cost_model(deployment: Deployment, engine: EngineConfig, *, host: HostOverhead | None = None,
                        gpu: StepPricer | None = None) -> CostModel:
     """The deployment's cost model with the host terms of the resolved ``engine``: ``host``
-    (default: the engine's fitted ones) at the engine's ``host_speed``, around ``gpu``
+    (default: the engine's fitted ones, with the model's own measured terms) at the engine's
+    ``host_speed``, around ``gpu``
     (default: built for the deployment once per process and reused)."""
     from latsim.costmodel.factory import build_cost_model, cached_gpu_cost_model
 
     spec = engine_spec(engine.engine)
     d = deployment
     gpu = gpu or cached_gpu_cost_model(d.model, d.device, d.tp, d.weight_dtype, d.kv_dtype)
+    host = host or spec.host_terms(gpu.kind, d.model.name)
     return build_cost_model(d.model, d.device, d.tp, d.weight_dtype, d.kv_dtype,
-                            asynchronous=spec.overlaps_host(engine), host=host or spec.host_terms(gpu.kind),
+                            asynchronous=spec.overlaps_host(engine), host=host,
                             graph_tokens=spec.graph_tokens(engine), gpu=gpu, host_speed=engine.host_speed)
 
 

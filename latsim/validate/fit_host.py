@@ -64,8 +64,12 @@ def load_replays(run_dirs: list[Path], device: str, kind: str = "auto",
 
 
 def predict(replay: Replay, host: HostOverhead):
+    """The replay's simulated records under ``host`` (with the replayed model's measured launch,
+    :func:`~latsim.engines.vllm.host_terms.for_model`, as ``latsim validate`` prices it)."""
+    from latsim.engines.vllm.host_terms import for_model
     from latsim.sim.simulate import default_cost_model, simulate
 
+    host = for_model(host, replay.deployment.model.name)
     cost = default_cost_model(replay.deployment, resolve_engine(replay.deployment), host=host, gpu=replay.gpu)
     return simulate(replay.deployment, replay.trace, cost_model=cost).records
 

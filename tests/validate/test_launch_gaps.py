@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from latsim.measure.records import RequestRecord, write_run
 from tests.script_module import load_script
 
 
@@ -44,3 +45,31 @@ def test_a_run_whose_model_ran_in_worker_processes_is_refused(meta) -> None:
     with pytest.raises(SystemExit, match="worker processes"):
         lg.check_engine_core(meta, Path("run"))
     lg.check_engine_core({"engine_config": {"tp": 1}}, Path("run"))  # the engine core: measured
+
+
+def test_a_steps_tokens_are_its_prompts_new_tokens_and_its_decoders() -> None:
+    lg = load_script(Path("launch_gaps.py"))
+    counts = np.array([10, 40, 41, 40])          # tokens of each emission
+    carrier = np.array([1, 2, 2, 3])             # the emission carrying each request's first token
+    new_tokens = np.array([600.0, 200.0, 100.0, 300.0])
+    tokens = lg.step_tokens(carrier, new_tokens, counts)
+    # emission 1: one prompt of 600 beside 39 decoders; 2: two prompts (300) beside 39; 3: 300 + 39
+    assert tokens.tolist() == [639.0, 339.0, 339.0, 339.0]
+
+
+def test_a_gap_before_a_graph_step_is_no_launch(tmp_path: Path) -> None:
+    """Only a step past the CUDA-graph limit is launched kernel by kernel: a prompt small enough
+    to replay a graph beside its decoders is left out however long the gap before it."""
+    lg = load_script(Path("launch_gaps.py"))
+    assert lg.graph_limit({"engine_config": {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}}) == 512
+    assert lg.graph_limit({}) == 512
+    assert lg.graph_limit({"engine_config": {"max_num_seqs": 64, "max_num_batched_tokens": 8192}}) == 128
+    decoder = (0.000, 0.005, 0.010, 0.030, 0.035, 0.040, 0.060, 0.065)   # held gaps before 0.030 and 0.060
+    records = [RequestRecord("d", 0.0, 0.0, 100, 8, 8, 0.0, decoder, None, 0.065, "ok"),
+               RequestRecord("big", 0.0, 0.0, 900, 1, 1, 0.035, (0.035,), None, 0.035, "ok"),
+               RequestRecord("small", 0.0, 0.0, 200, 1, 1, 0.065, (0.065,), None, 0.065, "ok")]
+    meta = {"driver": "synthetic", "engine_config": {"tp": 1, "max_num_seqs": 1024, "max_num_batched_tokens": 8192},
+            "model": {"config": {"num_hidden_layers": 2}}}
+    run = write_run(tmp_path / "run", records, meta)
+    launch, _, seqs, layers = lg.gaps(run)
+    assert layers == 2 and launch.round(3).tolist() == [0.02] and seqs.tolist() == [2]

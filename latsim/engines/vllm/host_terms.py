@@ -7,6 +7,8 @@ command, commit and date that produced it; ``docs/step-time-model.md`` explains 
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -27,14 +29,48 @@ REQUIRED_FIELDS = ("step_s", "seq_s", "frontend_s")
 """The terms an entry must have (the others default to :class:`HostOverhead`'s)."""
 
 
-@lru_cache(maxsize=4)
-def default_host_overhead(kind: str, engine: str = HOST_TERMS_KEY) -> HostOverhead:
-    """The fitted host terms of ``engine`` for a GPU model of ``kind`` (``host.yaml``).
+LAUNCH_BY_MODEL = engine_data("vllm", "launch_by_model.json")
+"""Measured ratios of a model's graph-less launch per layer to the fitted model's (written by
+``scripts/launch_by_model.py --write``, with its provenance)."""
+
+
+@lru_cache(maxsize=32)
+def default_host_overhead(kind: str, model: str | None = None, engine: str = HOST_TERMS_KEY) -> HostOverhead:
+    """The fitted host terms of ``engine`` for a GPU model of ``kind`` (``host.yaml``), with
+    ``model``'s graph-less launch (:func:`launch_ratio`) when a ratio was measured for it.
 
     ``transferred`` uses the ``calibrated`` entry; a kind without an entry raises ValueError.
     An entry with ``cpu_terms_from: OTHER`` takes :data:`CPU_FIELDS` from entry ``OTHER``.
     """
-    return host_overhead_in(_host_yaml(), kind, engine)
+    host = host_overhead_in(_host_yaml(), kind, engine)
+    return host if model is None else for_model(host, model)
+
+
+def for_model(host: HostOverhead, model: str) -> HostOverhead:
+    """``host`` with ``model``'s graph-less launch: ``launch_layer_s`` times :func:`launch_ratio`
+    (``host`` itself where the ratio is 1 or no launch is priced); the source says so."""
+    ratio = launch_ratio(model)
+    if ratio == 1.0 or host.launch_layer_s <= 0.0:
+        return host
+    return replace(host, launch_layer_s=host.launch_layer_s * ratio,
+                   source=f"{host.source}; launch x{ratio:g} measured for {model} ({LAUNCH_BY_MODEL.name})")
+
+
+def launch_ratio(model: str) -> float:
+    """``model``'s measured graph-less launch per layer over the fitted model's (1.0 where none
+    was shipped: the launch of a model not measured, or not told apart from the fitted one's)."""
+    return float(_launch_ratios().get(model, 1.0))
+
+
+@lru_cache(maxsize=1)
+def _launch_ratios() -> dict[str, float]:
+    if not LAUNCH_BY_MODEL.exists():
+        return {}
+    ratios = json.loads(LAUNCH_BY_MODEL.read_text()).get("ratios", {})
+    bad = {k: v for k, v in ratios.items() if not isinstance(v, (int, float)) or not 0.1 <= v <= 10.0}
+    if bad:
+        raise ValueError(f"{LAUNCH_BY_MODEL}: launch ratios must be numbers in [0.1, 10], got {bad}")
+    return {str(k): float(v) for k, v in ratios.items()}
 
 
 def read_host_terms(path: str | Path, kind: str, engine: str = HOST_TERMS_KEY) -> HostOverhead:
