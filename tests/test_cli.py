@@ -206,3 +206,16 @@ def test_an_slo_is_also_checked_at_the_live_bands_slow_edge(monkeypatch, capsys)
     assert tpot["met"] is True and edge["ttft_ms"]["met"] is False
     code, table, _ = run(argv, monkeypatch, capsys)
     assert code == 0 and "the SLO's percentile at the band's slow edge" in table and "(misses 1.0)" in table
+
+
+def test_predict_says_when_a_models_own_launch_was_measured(monkeypatch, capsys) -> None:
+    """A model with a measured graph-less launch ratio (launch_by_model.json) says so, in the JSON
+    and the table; one without has no such key."""
+    from latsim.engines.vllm.host_terms import launch_ratio
+
+    code, out, _ = run(["predict", "--model", "qwen2.5-7b", *SMALL, "--json"], monkeypatch, capsys)
+    assert code == 0 and json.loads(out)["launch_ratio"] == launch_ratio("qwen2.5-7b") != 1.0
+    code, out, _ = run(["predict", "--model", "qwen2.5-7b", *SMALL], monkeypatch, capsys)
+    assert code == 0 and "graph-less launch (measured for this model)" in out
+    code, out, _ = run(["predict", *SMALL, "--json"], monkeypatch, capsys)
+    assert code == 0 and "launch_ratio" not in json.loads(out)

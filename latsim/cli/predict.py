@@ -70,6 +70,7 @@ def _simulated(settings: Settings, slo, replications: int, fallback: dict | None
         summary["surrogate"] = fallback
     summary.update(dtype_report(deployment))
     summary["host_speed"] = deployment.engine.host_speed
+    summary.update(_launch_note(deployment))
     summary["validated_error"] = for_prediction(deployment, summary)
     if runs_bitsandbytes(deployment.model, deployment.weight_dtype):
         err.print(f"warning: {BNB_UNMEASURED}")
@@ -100,6 +101,17 @@ def _print(deployment, summary: dict, as_json: bool) -> None:
              f"weights {deployment.weight_dtype} from {deployment.weight_dtype_source}, KV {deployment.kv_dtype})")
     out.print(latency_table(summary))
     out.print(system_table(summary, title))
+
+
+def _launch_note(deployment) -> dict:
+    """``{"launch_ratio": r}`` where vLLM's graph-less launch of this model was measured apart
+    from the fitted model's (:func:`latsim.engines.vllm.host_terms.launch_ratio`), else empty."""
+    if deployment.engine.engine != "vllm":
+        return {}
+    from latsim.engines.vllm.host_terms import launch_ratio
+
+    ratio = launch_ratio(deployment.model.name)
+    return {} if ratio == 1.0 else {"launch_ratio": ratio}
 
 
 def _host_report(deployment, settings: Settings) -> dict:

@@ -53,6 +53,9 @@ def system_table(summary: dict, title: str) -> Table:
     ]
     if "host_speed" in summary:  # the CPU terms' host is the lent H200 VM's typical one (host.yaml)
         rows.append(("host speed (1: a typical lent H200 VM's CPU)", f"{summary['host_speed']:g}"))
+    if "launch_ratio" in summary:  # launch_by_model.json: this model's launch measured apart
+        rows.append(("graph-less launch (measured for this model)",
+                     f"{summary['launch_ratio']:g} x the fitted model's per layer"))
     if "goodput_rps" in summary:
         rows.append(("goodput (req/s meeting the SLO)", _num(summary["goodput_rps"])))
     host = summary.get("host")
