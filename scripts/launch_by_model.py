@@ -32,6 +32,7 @@ reader sees that no single start sets it.  Models not shipped are listed under `
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -39,9 +40,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import numpy as np
-from launch_gaps import LAUNCH_BOUND_TAIL_S, gaps
+from launch_gaps import LAUNCH_BOUND_TAIL_S, gaps, per_layer_launch
 
 from latsim.atomic import atomic_write_text
+from latsim.catalog.hf_config import parse_hf_config
 from latsim.engines.vllm import host_write
 from latsim.engines.vllm.host_terms import LAUNCH_BY_MODEL, read_host_terms
 from latsim.measure.records import read_meta
@@ -53,42 +55,48 @@ FIT_MODEL = "llama-3.1-8b"
 MIN_BOUND_SHARE = 0.10
 MIN_STARTS = 2
 DIGITS = 3
-MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
-"""Config keys of a mixture-of-experts model (its launch has a term of its own, ``launch_moe_layer_s``)."""
 
 
-def eligible(run: Path) -> bool:
-    """A Poisson level of a dense model with a host probe, not a long-prompt run."""
-    meta = read_meta(run)
-    name = (meta.get("model") or {}).get("name")
-    if not run.name.startswith("f") or "long" in run.parent.name or host_probe_ms(meta) is None or not name:
+def eligible(run: Path, meta: dict) -> bool:
+    """A Poisson level (``meta``: its ``meta.json``) of a dense model with a host probe, not a
+    long-prompt run."""
+    model = meta.get("model") or {}
+    if not run.name.startswith("f") or "long" in run.parent.name or host_probe_ms(meta) is None \
+            or not model.get("name") or not model.get("config"):
         return False
-    config = (meta.get("model") or {}).get("config") or {}
-    return not any(config.get(key) for key in MOE_KEYS)
+    try:
+        return parse_hf_config(model["config"], str(model["name"])).num_moe_layers == 0
+    except ValueError:
+        return False
 
 
-def per_layer(run: Path, step_s: float, seq_s: float) -> tuple[np.ndarray, np.ndarray] | None:
-    """The run's held launches per layer in reference-host seconds (less the step's host work)
-    and their tails; None when the run's model ran in worker processes."""
+def per_layer(run: Path, meta: dict, step_s: float, seq_s: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """The run's held launches per layer in reference-host seconds (less the step's host work,
+    :func:`launch_gaps.per_layer_launch`) and their tails; None when the run's model ran in worker
+    processes."""
     try:
         launch, tail, seqs, layers = gaps(run)
     except SystemExit:
         return None
-    speed = run_host_speed(read_meta(run), "probe")
-    return (launch - (step_s + seq_s * seqs) / speed) * speed / layers, tail
+    speed = run_host_speed(meta, "probe")
+    return per_layer_launch(launch, seqs, layers, step_s / speed, seq_s / speed) * speed, tail
 
 
 def measure(runs: list[Path], step_s: float, seq_s: float) -> dict[str, dict]:
-    """Per model: its starts' ratios, launch-bound share, runs and held launches (module note)."""
+    """Per model, over the :func:`eligible` of ``runs``: its starts' ratios, launch-bound share,
+    runs and held launches (module note)."""
     values: dict[tuple[str, str, str], list[np.ndarray]] = defaultdict(list)
     tails: dict[str, list[np.ndarray]] = defaultdict(list)
     used: dict[str, list[Path]] = defaultdict(list)
     for run in runs:
-        got = per_layer(run, step_s, seq_s)
+        meta = read_meta(run)
+        if not eligible(run, meta):
+            continue
+        got = per_layer(run, meta, step_s, seq_s)
         if got is None or len(got[0]) == 0:
             continue
         start = run.parent.parent.name
-        model = str(read_meta(run)["model"]["name"])
+        model = str(meta["model"]["name"])
         values[(start.split("-")[0], model, start)].append(got[0])
         tails[model].append(got[1])
         used[model].append(run)
@@ -149,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         ap.error(f"no such folder: {', '.join(missing)}")
     host = read_host_terms(host_write.shipped_path(), "calibrated")
-    runs = [r for root in args.roots for r in find_runs(root) if eligible(r)]
+    runs = [r for root in args.roots for r in find_runs(root)]
     models = measure(runs, host.step_s, host.seq_s)
     if FIT_MODEL not in models:
         ap.error(f"no probed run of {FIT_MODEL} (the fitted model) under {', '.join(map(str, args.roots))}")
@@ -159,8 +167,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:22s} ratio {m['ratio']:.3f} ({flag}; launch-bound {m['launch_bound_share']:.2f}, "
               f"{len(m['starts'])} starts: " + ", ".join(f"{s} {r:.2f}" for s, r in m["starts"].items()) + ")")
     if args.write:
-        import json
-
         old = json.loads(LAUNCH_BY_MODEL.read_text()) if LAUNCH_BY_MODEL.exists() else None
         if old is not None and old.get("ratios") == doc["ratios"] and \
                 same_computation(old.get("provenance"), doc["provenance"]):

@@ -41,7 +41,7 @@ import numpy as np
 
 from latsim.costmodel.host import check_host_speed
 from latsim.engines.vllm import host_write
-from latsim.engines.vllm.defaults import cudagraph_limit
+from latsim.engines.vllm.defaults import SERVER_DEFAULTS_LARGE, cudagraph_limit
 from latsim.engines.vllm.engine import default_executor
 from latsim.engines.vllm.host_terms import read_host_terms
 from latsim.measure.records import load_run
@@ -111,10 +111,11 @@ def step_tokens(carrier: np.ndarray, new_tokens: np.ndarray, counts: np.ndarray)
 
 def graph_limit(meta: dict) -> int:
     """The run's CUDA-graph limit (tokens; :func:`~latsim.engines.vllm.defaults.cudagraph_limit`
-    of its engine's ``max_num_seqs`` and ``max_num_batched_tokens``, vLLM's server defaults for a
-    run that did not record them)."""
+    of its engine's ``max_num_seqs`` and ``max_num_batched_tokens``, vLLM's server defaults on a
+    large GPU for a run that did not record them)."""
     engine = meta.get("engine_config") or {}
-    return cudagraph_limit(int(engine.get("max_num_seqs") or 1024), int(engine.get("max_num_batched_tokens") or 8192))
+    tokens, seqs = SERVER_DEFAULTS_LARGE
+    return cudagraph_limit(int(engine.get("max_num_seqs") or seqs), int(engine.get("max_num_batched_tokens") or tokens))
 
 
 def gaps(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -142,6 +143,12 @@ def gaps(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     return launch[held], tail[held], counts[j][held], layers
 
 
+def per_layer_launch(launch: np.ndarray, seqs: np.ndarray, layers: int, step_s: float, seq_s: float) -> np.ndarray:
+    """Each held launch less its step's host work (``step_s + seq_s x sequences``, seconds on the
+    run's host), per layer."""
+    return np.asarray((launch - (step_s + seq_s * seqs)) / layers, dtype=float)
+
+
 def stats(launch: np.ndarray, tail: np.ndarray, seqs: np.ndarray, layers: int,
           step_s: float, seq_s: float) -> dict[str, float]:
     """Held launches, their median, the median launch less the step's host time per layer, the
@@ -151,7 +158,7 @@ def stats(launch: np.ndarray, tail: np.ndarray, seqs: np.ndarray, layers: int,
     p10, p50, p90 = np.percentile(launch, [10, 50, 90])
     bound = tail[tail <= LAUNCH_BOUND_TAIL_S]
     return {"held": len(launch), "launch_p50_s": float(p50),
-            "per_layer_s": float(np.median(launch - (step_s + seq_s * seqs)) / layers),
+            "per_layer_s": float(np.median(per_layer_launch(launch, seqs, layers, step_s, seq_s))),
             "sigma": float(np.log(p90 / p10) / Z90),
             "tail_p50_s": float(np.median(bound)) if len(bound) else float("nan")}
 
