@@ -56,8 +56,8 @@ def default_cost_model(deployment: Deployment, engine: EngineConfig, *, host: Ho
                        gpu: StepPricer | None = None) -> CostModel:
     """The deployment's cost model with the host terms of the resolved ``engine``: ``host``
     (default: the engine's fitted ones, with the model's own measured terms) at the engine's
-    ``host_speed``, around ``gpu``
-    (default: built for the deployment once per process and reused)."""
+    ``host_speed``, around ``gpu`` (default: built for the deployment once per process and
+    reused)."""
     from latsim.costmodel.factory import build_cost_model, cached_gpu_cost_model
 
     spec = engine_spec(engine.engine)
