@@ -15,10 +15,19 @@ and the cap of the model's decode tile (:func:`~latsim.costmodel.coreads.decode_
 64-row one: for each ``ctas_per_sm`` of a grid, ``saving`` is the least-squares fit of the
 ratios, and the pair with the least RMS of the attention's relative error is kept.  Then, on the
 pairs of taller tiles (multi-head attention of head dim 96 runs 192 rows), ``ridge_rows`` is the
-grid value of least RMS (none without such pairs).  ``--write`` writes
-``latsim/data/calibration/coreads.json`` (atomically) with all three, the GPU's HBM bandwidth and
-bf16 FLOP/s (other Hopper GPUs scale by theirs), every scenario's row and the traces' digests.
-The traces must come from one GPU.
+grid value of least RMS (none without such pairs).  All of this on the first trace's GPU; the
+64-row pairs of every other GPU fit that GPU's own ``saving`` (least squares, the first GPU's
+``ctas_per_sm``), which replaces the scaled one there (``gpu_savings``).
+
+``chunked`` scenarios over a shared prefix (``prefix=P,groups=G``) paired with the same
+``chunked`` scenario of ``din`` longer and nothing shared check the prompt-carrying steps' tile
+(:func:`~latsim.costmodel.coreads.prompt_tile_rows`): the attention the co-reads save in the
+steps carrying a chunk over what they save in the pure decode steps, measured and modelled
+(``prompt_saving / saving``); reported, not fitted.
+
+``--write`` writes ``latsim/data/calibration/coreads.json`` (atomically) with the terms, the
+first GPU's HBM bandwidth and bf16 FLOP/s (other Hopper GPUs without a saving of their own scale
+by theirs), every scenario's row, the prompt check and the traces' digests.
 """
 
 from __future__ import annotations
@@ -37,7 +46,14 @@ import pandas as pd
 
 from latsim.atomic import atomic_write_text
 from latsim.catalog.lookup import detect_device, load_model
-from latsim.costmodel.coreads import COREADS_FILE, ONE_GROUP_ROWS, CoReads, layer_tile_rows, ordered_saved
+from latsim.costmodel.coreads import (
+    COREADS_FILE,
+    ONE_GROUP_ROWS,
+    CoReads,
+    bind_to,
+    layer_tile_rows,
+    ordered_saved,
+)
 from latsim.paths import CALIBRATION
 from latsim.provenance import file_digest, record
 
@@ -101,7 +117,7 @@ def pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not device.sm_count or "bf16" not in device.peak_flops:
             raise ValueError(f"{r['folder']}: GPU {r['gpu']!r} has no sm_count or bf16 FLOP/s in the catalog")
         tiles = layer_tile_rows(model)
-        out.append({**r, "base_label": base["label"], "base_folder": base["folder"],
+        out.append({**r, "base_label": base["label"], "base_folder": base["folder"], "device": device.name,
                     "expected_s": base["attention_s"] * r["context"] / base["context"],
                     "kv_tokens": r["seqs"] * r["context"], "sm_count": device.sm_count,
                     "kv_heads": model.num_kv_heads, "hbm_bandwidth": device.hbm_bandwidth,
@@ -136,7 +152,7 @@ def _capped(rows: list[dict[str, Any]], terms: CoReads) -> np.ndarray:
     simulator binds them: :meth:`~latsim.costmodel.coreads.CoReads.bind`)."""
     x = _shares(rows, terms.ctas_per_sm)
     saving = np.array([terms.bind(r["sm_count"], r["kv_heads"], r["hbm_bandwidth"], r["peak_flops"], r["tiles"],
-                                  r["kv_dtype"]).saving for r in rows])
+                                  r["kv_dtype"], r["device"]).saving for r in rows])
     return np.asarray(1.0 - saving * x)
 
 
@@ -153,25 +169,43 @@ def _ridge(rows: list[dict[str, Any]], terms: CoReads, field: str) -> tuple[floa
     return ridge, rms
 
 
+def _gpu_savings(rows: list[dict[str, Any]], terms: CoReads) -> dict[str, dict[str, Any]]:
+    """Each GPU's own saving (catalog name -> fit) from its 64-row bf16 pairs in waves of
+    ``terms.ctas_per_sm``, beside the RMS of the saving scaled from ``terms`` on the same pairs."""
+    out: dict[str, dict[str, Any]] = {}
+    for gpu in sorted({r["gpu"] for r in rows}):
+        one = [r for r in rows if r["gpu"] == gpu and r["one_group"]]
+        if not one:
+            raise ValueError(f"no pair of a 64-row decode tile over a bf16 cache on {gpu} to fit its saving on")
+        ratio = np.array([r["attention_s"] / r["expected_s"] for r in one])
+        x = _shares(one, terms.ctas_per_sm)
+        saving = float(np.clip(x @ (1.0 - ratio) / (x @ x), 0.0, 1.0)) if x @ x > 0 else 0.0
+        out[one[0]["device"]] = {"saving": round(saving, 4), "measured_on": gpu, "pairs": len(one),
+                                 "rms": _rms(1.0 - saving * x, ratio), "rms_scaled": _rms(_capped(one, terms), ratio),
+                                 "scaled_saving": terms.saving_at(one[0]["hbm_bandwidth"])}
+    return out
+
+
 def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """``saving`` and ``ctas_per_sm`` (the grid's best on the 64-row pairs over a bf16 cache),
-    ``ridge_rows`` (the grid's best on the taller tiles' bf16 pairs), ``ridge_rows_fp8`` (on the
-    FP8 cache's pairs; either infinite without pairs) and each pair's modelled attention."""
-    hbm, flops = {r["hbm_bandwidth"] for r in rows}, {r["peak_flops"] for r in rows}
-    if len(hbm) != 1 or len(flops) != 1:
-        raise ValueError(f"the traces come from GPUs of different HBM bandwidths or FLOP/s ({sorted(hbm)}, "
-                         f"{sorted(flops)}): one GPU at a time")
-    one = [r for r in rows if r["one_group"]]
+    """On the first row's GPU: ``saving`` and ``ctas_per_sm`` (the grid's best on the 64-row
+    pairs over a bf16 cache), ``ridge_rows`` (the grid's best on the taller tiles' bf16 pairs),
+    ``ridge_rows_fp8`` (on the FP8 cache's pairs; either infinite without pairs); every other
+    GPU's own saving (``gpu_savings``) and each pair's modelled attention."""
+    first = [r for r in rows if r["gpu"] == rows[0]["gpu"]]
+    hbm, flops = {r["hbm_bandwidth"] for r in first}, {r["peak_flops"] for r in first}
+    one = [r for r in first if r["one_group"]]
     if not one:
         raise ValueError("no pair of a 64-row decode tile over a bf16 cache (grouped queries of head dim 64 or "
                          "128) to fit the saving on")
     grid = _saving_grid(one, np.array([r["attention_s"] / r["expected_s"] for r in one]))
     best = min(grid, key=lambda g: g["rms"])
     terms = CoReads(best["saving"], best["ctas_per_sm"], hbm.pop(), "fit", peak_flops=flops.pop())
-    ridge, rms_tall = _ridge([r for r in rows if not r["one_group"] and r["kv_dtype"] == "bf16"], terms,
+    ridge, rms_tall = _ridge([r for r in first if not r["one_group"] and r["kv_dtype"] == "bf16"], terms,
                              "ridge_rows")
-    ridge_fp8, rms_fp8 = _ridge([r for r in rows if r["kv_dtype"] == "fp8"], terms, "ridge_rows_fp8")
+    ridge_fp8, rms_fp8 = _ridge([r for r in first if r["kv_dtype"] == "fp8"], terms, "ridge_rows_fp8")
     terms = replace(terms, ridge_rows=ridge, ridge_rows_fp8=ridge_fp8)
+    gpus = _gpu_savings([r for r in rows if r["gpu"] != rows[0]["gpu"]], terms)
+    terms = replace(terms, gpu_savings=tuple((name, g["saving"]) for name, g in gpus.items()))
     ratio = np.array([r["attention_s"] / r["expected_s"] for r in rows])
     model = _capped(rows, terms)
     scen = [{"trace": r["folder"], "scenario": r["label"], "base": f"{r['base_folder']} {r['base_label']}",
@@ -180,12 +214,50 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
              "steps": r["steps"], "measured_ms": 1e3 * r["attention_s"], "unshared_ms": 1e3 * r["expected_s"],
              "modelled_ms": 1e3 * r["expected_s"] * m}
             for r, m in zip(rows, model, strict=True)]
-    return {"saving": terms.saving, "ctas_per_sm": terms.ctas_per_sm, "ridge_rows": ridge,
+    return {"saving": terms.saving, "ctas_per_sm": terms.ctas_per_sm, "ridge_rows": ridge, "gpu_savings": gpus,
             "ridge_rows_fp8": ridge_fp8, "rms": best["rms"], "rms_tall": rms_tall, "rms_fp8": rms_fp8,
             "rms_all": _rms(model, ratio), "rms_without": _rms(np.ones_like(ratio), ratio), "gpu": rows[0]["gpu"],
+            "terms": terms,
             "hbm_bandwidth_gb_s": terms.hbm_bandwidth / 1e9, "peak_tflops_bf16": terms.peak_flops / 1e12,
             "cap_64_rows": terms.cap_at(ONE_GROUP_ROWS, terms.hbm_bandwidth, terms.peak_flops),
             "grid": grid, "scenarios": scen}
+
+
+def _chunked_attention(folder: Path, steps: pd.DataFrame, spec: dict[str, Any]) -> tuple[float, float]:
+    """Median attention (s) of a ``chunked`` scenario's pure decode steps and of its steps carrying
+    one whole prompt beside every decoder."""
+    rows = steps[(steps["scenario"] == spec["label"]) & (steps["decode_reqs"] == spec["decodes"])]
+    decode = rows[rows["prefill_reqs"] == 0]["attention_us"]
+    prompt = rows[(rows["prefill_reqs"] == 1) & (rows["prefill_tokens"] == spec["in"])]["attention_us"]
+    if decode.empty or prompt.empty:
+        raise ValueError(f"{folder}: {spec['label']!r} has no pure decode step or no step with a whole prompt")
+    return float(decode.median()) * 1e-6, float(prompt.median()) * 1e-6
+
+
+def prompt_check(folders: list[Path], terms: CoReads) -> list[dict[str, Any]]:
+    """Each ``chunked`` scenario over a shared prefix beside its unshared twin (module docstring):
+    the attention its co-reads save in pure decode and in prompt-carrying steps, and the modelled
+    ratio of the two (``terms``' ``prompt_saving / saving`` bound to the trace's GPU and model)."""
+    out = []
+    for folder in folders:
+        meta = json.loads((folder / "timings.json").read_text())
+        specs = [sc["scenario"] for sc in meta["scenarios"] if sc["scenario"]["kind"] == "chunked"]
+        if not specs:
+            continue
+        steps = pd.read_csv(folder / "steps.csv")
+        model, device = load_model(_model_of(meta)), detect_device(str(meta.get("gpu_name")))
+        bound = bind_to(terms, device, model, kv_dtype=_kv_dtype_of(meta)) if device.sm_count else None
+        for sc in (s for s in specs if s.get("prefix")):
+            twin = next((b for b in specs if not b.get("prefix") and b["din"] == sc["din"] + sc["prefix"]
+                         and all(b[k] == sc[k] for k in ("in", "n", "decodes"))), None)
+            if twin is None or bound is None:
+                continue
+            (bd, bp), (sd, sp) = _chunked_attention(folder, steps, twin), _chunked_attention(folder, steps, sc)
+            out.append({"trace": folder.as_posix(), "scenario": sc["label"], "base": twin["label"],
+                        "decode_saved_us": 1e6 * (bd - sd), "prompt_saved_us": 1e6 * (bp - sp),
+                        "measured_ratio": (bp - sp) / (bd - sd) if bd > sd else math.nan,
+                        "modelled_ratio": bound.prompt_saving / bound.saving if bound.saving else math.nan})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         if not rows:
             raise ValueError("no shared scenario has a decode base of the same contexts")
         result = fit(rows)
+        result["prompt_check"] = prompt_check(args.traces, result["terms"])
     except (OSError, ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -215,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ridge_rows_fp8 {result['ridge_rows_fp8']:.1f} (rms of the FP8 cache's pairs "
               f"{100 * result['rms_fp8']:.1f} %)")
     print(f"all pairs: rms {100 * result['rms_all']:.1f} %, {100 * result['rms_without']:.1f} % without co-reads")
+    for name, g in result["gpu_savings"].items():
+        print(f"{name}: saving {g['saving']:.3f} on its {g['pairs']} pairs (rms {100 * g['rms']:.1f} %; scaled "
+              f"{g['scaled_saving']:.3f}, rms {100 * g['rms_scaled']:.1f} %)")
+    for c in result["prompt_check"]:
+        print(f"{c['scenario']}: co-reads save {c['decode_saved_us']:.0f} us in a pure decode step, "
+              f"{c['prompt_saved_us']:.0f} us beside a prompt: ratio {c['measured_ratio']:.2f}, "
+              f"modelled {c['modelled_ratio']:.2f}")
     if args.write:
         path = CALIBRATION / COREADS_FILE
         inputs = {f"{t.as_posix()}/{name}": file_digest(t / name) for t in args.traces
@@ -222,14 +302,14 @@ def main(argv: list[str] | None = None) -> int:
         ridge = {dtype: None if math.isinf(result[key]) else result[key]
                  for dtype, key in (("bf16", "ridge_rows"), ("fp8", "ridge_rows_fp8"))}
         kept = ("saving", "ctas_per_sm", "gpu", "hbm_bandwidth_gb_s", "ridge_rows", "ridge_rows_fp8",
-                "peak_tflops_bf16")
+                "peak_tflops_bf16", "gpu_savings", "terms")
         doc = {"saving": round(result["saving"], 4), "ctas_per_sm": result["ctas_per_sm"], "ridge_rows": ridge,
                "hbm_bandwidth_gb_s": result["hbm_bandwidth_gb_s"], "peak_tflops_bf16": result["peak_tflops_bf16"],
-               "measured_on": result["gpu"],
+               "measured_on": result["gpu"], "gpu_savings": result["gpu_savings"],
                "note": "saving: share of an HBM read of a shared prefix block that a co-read (a sequence of the "
                        "same decode wave reading it) saves; ridge_rows: per cache dtype, the decode tile "
                        "height whose work takes as long as its unshared read (a co-read saves at most 1 - rows / "
-                       "ridge); "
+                       "ridge); gpu_savings: the saving measured on other GPUs, used there instead of the scaled one; "
                        "see latsim/costmodel/coreads.py",
                "provenance": record(inputs, {k: v for k, v in result.items() if k not in kept}, exclude=path)}
         atomic_write_text(path, json.dumps(doc, indent=1) + "\n")

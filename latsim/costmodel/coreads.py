@@ -17,8 +17,9 @@ it used.  In those runs sequence ``j`` read prefix ``j mod G`` (:func:`ordered_s
 prefixes fall in no particular order, so the engine prices the expectation over random orders
 (:func:`expected_saved`).  On another Hopper GPU the L2 read is taken to cost the same and the
 HBM read what the catalog's bandwidth says (:meth:`CoReads.saving_at`): the H200's faster HBM
-leaves less to save.  The wave needs the GPU's SM count: GPUs without one in the catalog get no
-discount, and only Hopper (``sm90``, where it was measured) gets one.
+leaves less to save, 0.445 scaled; its own traces (``data/traces/h200/s47``) measured 0.34, which
+the file carries (``gpu_savings``) and the H200 uses.  The wave needs the GPU's SM count: GPUs
+without one in the catalog get no discount, and only Hopper (``sm90``, where it was measured) gets one.
 
 A co-read takes the KV read off the step, not the tile's work.  FA3 runs a decode call's tile
 of ``M`` query rows whatever the rows it holds (:func:`decode_tile_rows`: 64 rows for head dims
@@ -33,7 +34,10 @@ rows) 13-17 %, the 8B over an FP8 cache (64 rows, but an FP8 tile does more a by
 pairs, then ``ridge_rows`` on the taller tiles' and ``ridge_rows_fp8`` on the FP8 cache's.  On
 another GPU the ridge scales with the GPU's bf16 FLOP/s over its HBM bandwidth
 (:meth:`CoReads.cap_at`); a model whose layers run different tiles (Gemma-3's sliding-window
-layers) gets the layers' mean.
+layers) gets the layers' mean.  A step that carries a prompt chunk runs its decoders in the
+prompt's call, on the taller prompt tile (:func:`prompt_tile_rows`: 128 rows at head dim 128),
+so its co-reads save at most that tile's cap (``prompt_saving``; 0.17 on the H200, measured 247 us
+saved against 545 us in a pure decode step of the same 64 readers).
 """
 
 from __future__ import annotations
@@ -65,7 +69,17 @@ def decode_tile_rows(head_dim: int, queries_per_kv: int, windowed: bool = False)
     rounded = next((d for d in (64, 96, 128, 192, 256) if head_dim <= d), head_dim)
     if rounded in (64, 128) and queries_per_kv <= ONE_GROUP_ROWS and not windowed:
         return ONE_GROUP_ROWS
-    return 192 if rounded <= 96 else 128
+    return prompt_tile_rows(head_dim)
+
+
+def prompt_tile_rows(head_dim: int) -> int:
+    """Query rows of the tile FA3 (sm90) runs a call carrying a prompt chunk with, its decoders'
+    rows too: 192 up to head dim 96, 128 above (a chunked step over a shared prefix, traced on the
+    H200: the decoders' co-reads saved 247 us of attention beside a 2,048-token chunk against
+    545 us in a pure decode step, ``data/traces/h200/s47/shared-llama-3.1-8b``)."""
+    if head_dim < 1:
+        raise ValueError(f"head_dim must be >= 1, got {head_dim}")
+    return 192 if head_dim <= 96 else 128
 
 
 def ordered_saved(order: Sequence[int], tokens: dict[int, int], wave: float) -> float:
@@ -120,7 +134,8 @@ class CoReads:
     work units an SM runs at once; ``source`` the file they came from; ``ridge_rows`` the decode
     tile's height whose work takes as long as its unshared KV read on that GPU, of ``peak_flops``
     bf16 FLOP/s, over a bf16 cache, ``ridge_rows_fp8`` over an FP8 one (infinite: no cap,
-    :meth:`cap_at`)."""
+    :meth:`cap_at`); ``gpu_savings`` the saving measured on other GPUs, by catalog name, which
+    replaces the scaled one there (:meth:`saving_at`)."""
 
     saving: float
     ctas_per_sm: float
@@ -129,10 +144,12 @@ class CoReads:
     ridge_rows: float = math.inf
     ridge_rows_fp8: float = math.inf
     peak_flops: float = 0.0
+    gpu_savings: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.saving <= 1.0:
-            raise ValueError(f"co-read saving must be within [0, 1], got {self.saving}")
+        for gpu, saving in (("", self.saving), *self.gpu_savings):
+            if not 0.0 <= saving <= 1.0:
+                raise ValueError(f"co-read saving{' on ' + gpu if gpu else ''} must be within [0, 1], got {saving}")
         if self.ctas_per_sm <= 0.0:
             raise ValueError(f"ctas_per_sm must be > 0, got {self.ctas_per_sm}")
         if self.hbm_bandwidth <= 0.0:
@@ -144,11 +161,15 @@ class CoReads:
             if math.isfinite(ridge) and not self.peak_flops > 0.0:
                 raise ValueError(f"peak_flops must be > 0 with a finite {name}, got {self.peak_flops}")
 
-    def saving_at(self, hbm_bandwidth: float) -> float:
-        """The saving on a Hopper GPU whose HBM moves ``hbm_bandwidth`` bytes/s: a co-read takes
-        ``1 - saving`` of an HBM read where measured, and the L2 read's time is taken to be the
-        same on every Hopper die, so a faster HBM leaves less to save (the H200: 0.613 -> 0.445 with
-        the shipped terms)."""
+    def saving_at(self, hbm_bandwidth: float, gpu: str = "") -> float:
+        """The saving on the Hopper GPU ``gpu`` (catalog name) whose HBM moves ``hbm_bandwidth``
+        bytes/s: the one measured there when :attr:`gpu_savings` holds it; else scaled, a co-read
+        taking ``1 - saving`` of an HBM read where measured and the L2 read taken to cost the same
+        on every Hopper die, so a faster HBM leaves less to save (the H200: 0.613 -> 0.445, where
+        its own traces measured 0.35)."""
+        measured = dict(self.gpu_savings).get(gpu)
+        if measured is not None:
+            return measured
         return min(1.0, max(0.0, 1.0 - (1.0 - self.saving) * hbm_bandwidth / self.hbm_bandwidth))
 
     def cap_at(self, tile_rows: int, hbm_bandwidth: float, peak_flops: float, kv_dtype: str = "bf16") -> float:
@@ -167,31 +188,41 @@ class CoReads:
 
     def bind(self, sm_count: int, kv_heads: int, hbm_bandwidth: float, peak_flops: float = 0.0,
              layer_rows: Sequence[tuple[float, int]] = ((1.0, ONE_GROUP_ROWS),),
-             kv_dtype: str = "bf16") -> BoundCoReads:
-        """These terms on a GPU of ``sm_count`` SMs, ``hbm_bandwidth`` bytes/s and ``peak_flops``
-        bf16 FLOP/s serving ``kv_heads`` KV heads per GPU from a ``kv_dtype`` cache,
-        ``layer_rows`` the share of the layers running each decode tile height
-        (:func:`decode_tile_rows`): the saving is the layers' mean of the scaled saving, each
-        capped by its tile (:meth:`cap_at`)."""
-        base = self.saving_at(hbm_bandwidth)
-        saving = sum(share * min(base, self.cap_at(rows, hbm_bandwidth, peak_flops, kv_dtype))
-                     for share, rows in layer_rows)
-        return BoundCoReads(self, self.ctas_per_sm * sm_count / max(1, kv_heads), saving)
+             kv_dtype: str = "bf16", gpu: str = "",
+             prompt_rows: Sequence[tuple[float, int]] | None = None) -> BoundCoReads:
+        """These terms on the GPU ``gpu`` (catalog name) of ``sm_count`` SMs, ``hbm_bandwidth``
+        bytes/s and ``peak_flops`` bf16 FLOP/s serving ``kv_heads`` KV heads per GPU from a
+        ``kv_dtype`` cache, ``layer_rows`` the share of the layers running each decode tile height
+        (:func:`decode_tile_rows`), ``prompt_rows`` each one's tile in a step carrying a prompt
+        chunk (:func:`prompt_tile_rows`; None: the decode tiles): each saving is the layers' mean
+        of the GPU's saving (:meth:`saving_at`), each capped by its tile (:meth:`cap_at`)."""
+        base = self.saving_at(hbm_bandwidth, gpu)
+
+        def mean(rows_of: Sequence[tuple[float, int]]) -> float:
+            return sum(share * min(base, self.cap_at(rows, hbm_bandwidth, peak_flops, kv_dtype))
+                       for share, rows in rows_of)
+
+        saving = mean(layer_rows)
+        prompt = saving if prompt_rows is None else mean(prompt_rows)
+        return BoundCoReads(self, self.ctas_per_sm * sm_count / max(1, kv_heads), saving, prompt)
 
 
 @dataclass(frozen=True)
 class BoundCoReads:
     """:class:`CoReads` for one deployment: ``wave`` sequences run their decode attention at once,
-    a co-read saves ``saving`` of an HBM read."""
+    a co-read saves ``saving`` of an HBM read in a pure decode step and ``prompt_saving`` in a
+    step that also carries a prompt chunk (its taller tile leaves less to save)."""
 
     terms: CoReads
     wave: float
     saving: float
+    prompt_saving: float
 
-    def discount(self, seqs: int, groups: Sequence[tuple[int, float]]) -> float:
-        """KV tokens a decode step of ``seqs`` sequences does not read from HBM, ``groups`` as in
-        :func:`expected_saved` (sorted, so equal batches give bitwise-equal discounts)."""
-        return self.saving * expected_saved(seqs, groups, self.wave)
+    def discount(self, seqs: int, groups: Sequence[tuple[int, float]], prompt: bool = False) -> float:
+        """KV tokens a step's ``seqs`` decoders do not read from HBM, ``groups`` as in
+        :func:`expected_saved` (sorted, so equal batches give bitwise-equal discounts);
+        ``prompt``: the step carries a prompt chunk too."""
+        return (self.prompt_saving if prompt else self.saving) * expected_saved(seqs, groups, self.wave)
 
 
 def load_coreads(path: Path | None = None) -> CoReads | None:
@@ -204,8 +235,10 @@ def load_coreads(path: Path | None = None) -> CoReads | None:
         data: dict[str, Any] = json.loads(path.read_text())
         ridges = data.get("ridge_rows") or {}
         ridge = {k: math.inf if ridges.get(k) is None else float(ridges[k]) for k in ("bf16", "fp8")}
+        gpus = tuple(sorted((str(k), float(v["saving"])) for k, v in (data.get("gpu_savings") or {}).items()))
         return CoReads(float(data["saving"]), float(data["ctas_per_sm"]), float(data["hbm_bandwidth_gb_s"]) * 1e9,
-                       str(path), ridge["bf16"], ridge["fp8"], float(data.get("peak_tflops_bf16", 0.0)) * 1e12)
+                       str(path), ridge["bf16"], ridge["fp8"], float(data.get("peak_tflops_bf16", 0.0)) * 1e12,
+                       gpus)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a co-read file ({exc}); rebuild it with scripts/fit_coreads.py") from exc
 
@@ -218,6 +251,12 @@ def layer_tile_rows(model: ModelSpec) -> list[tuple[float, int]]:
     return [(n / model.num_layers, decode_tile_rows(model.head_dim, group, windowed)) for n, windowed in layers if n]
 
 
+def layer_prompt_rows(model: ModelSpec) -> list[tuple[float, int]]:
+    """:func:`layer_tile_rows` in a step carrying a prompt chunk: every layer runs
+    :func:`prompt_tile_rows` or its decode tile, the taller."""
+    return [(share, max(rows, prompt_tile_rows(model.head_dim))) for share, rows in layer_tile_rows(model)]
+
+
 def coreads_for(device: DeviceSpec, model: ModelSpec, tp: int = 1, kv_dtype: str = "bf16",
                 path: Path | None = None) -> BoundCoReads | None:
     """The co-read terms bound to ``model`` at tensor parallelism ``tp`` on ``device`` with a
@@ -226,7 +265,11 @@ def coreads_for(device: DeviceSpec, model: ModelSpec, tp: int = 1, kv_dtype: str
     if device.arch != "sm90" or not device.sm_count:
         return None
     terms = load_coreads(path)
-    if terms is None:
-        return None
-    return terms.bind(device.sm_count, max(1, model.num_kv_heads // tp), device.hbm_bandwidth,
-                      device.peak_flops.get("bf16", 0.0), layer_tile_rows(model), kv_dtype)
+    return None if terms is None else bind_to(terms, device, model, tp, kv_dtype)
+
+
+def bind_to(terms: CoReads, device: DeviceSpec, model: ModelSpec, tp: int = 1, kv_dtype: str = "bf16") -> BoundCoReads:
+    """``terms`` bound as :func:`coreads_for` binds the shipped ones (``device`` must have an SM count)."""
+    return terms.bind(device.sm_count or 0, max(1, model.num_kv_heads // tp), device.hbm_bandwidth,
+                      device.peak_flops.get("bf16", 0.0), layer_tile_rows(model), kv_dtype, device.name,
+                      layer_prompt_rows(model))

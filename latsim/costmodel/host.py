@@ -198,8 +198,9 @@ class HostOverlapCostModel:
         return out
 
     def describe(self) -> dict[str, object]:
-        coreads = None if self.coreads is None else {"saving": self.coreads.saving, "wave": self.coreads.wave,
-                                                     "source": self.coreads.terms.source}
+        coreads = None if self.coreads is None else {"saving": self.coreads.saving,
+                                                     "prompt_saving": self.coreads.prompt_saving,
+                                                     "wave": self.coreads.wave, "source": self.coreads.terms.source}
         return {**self.inner.describe(), "host": {**asdict(self.host), "asynchronous": self.asynchronous,
                                                   "eager_above_tokens": self._graph_tokens,
                                                   "launch_s": self._launch},

@@ -80,10 +80,11 @@ def coread_groups(readers: Readers) -> list[tuple[int, float]]:
     return sorted((n, total / n) for n, total in readers.values() if n >= 2)
 
 
-def coread_tokens(coreads: BoundCoReads, seqs: int, readers: Readers) -> int:
-    """Whole KV tokens the step's ``seqs`` decoders read from L2 instead of HBM (0 when none share)."""
+def coread_tokens(coreads: BoundCoReads, seqs: int, readers: Readers, prompt: bool = False) -> int:
+    """Whole KV tokens the step's ``seqs`` decoders read from L2 instead of HBM (0 when none share);
+    ``prompt``: the step carries a prompt chunk too (:attr:`BoundCoReads.prompt_saving`)."""
     groups = coread_groups(readers)
-    return round(coreads.discount(seqs, groups)) if groups else 0
+    return round(coreads.discount(seqs, groups, prompt)) if groups else 0
 
 
 def discounted_kv(kv: int, kv_sq: int, seqs: int, saved: int) -> tuple[int, int]:
@@ -102,11 +103,13 @@ def discounted_kv(kv: int, kv_sq: int, seqs: int, saved: int) -> tuple[int, int]
 def plan_coreads(shape: BatchShape, plan: StepPlan, coreads: BoundCoReads | None,
                  base: Readers | None = None) -> BatchShape:
     """``shape`` (of ``plan``, plus the decoders ``base`` counts) with its co-read tokens taken off
-    (:func:`with_coreads`); unchanged without co-read terms or with fewer than two decoders.  The
-    reference and the fast engine both price a step through here."""
+    (:func:`with_coreads`), at the prompt-carrying saving when it has prefill tokens; unchanged
+    without co-read terms or with fewer than two decoders.  The reference and the fast engine both
+    price a step through here."""
     if coreads is None or shape.decode_seqs < 2:
         return shape
-    return with_coreads(shape, coread_tokens(coreads, shape.decode_seqs, plan_readers(plan, base)))
+    saved = coread_tokens(coreads, shape.decode_seqs, plan_readers(plan, base), shape.prefill_tokens > 0)
+    return with_coreads(shape, saved)
 
 
 def with_coreads(shape: BatchShape, saved: int) -> BatchShape:

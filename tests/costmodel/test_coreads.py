@@ -17,9 +17,11 @@ from latsim.costmodel.coreads import (
     coreads_for,
     decode_tile_rows,
     expected_saved,
+    layer_prompt_rows,
     layer_tile_rows,
     load_coreads,
     ordered_saved,
+    prompt_tile_rows,
 )
 from latsim.sim.shape import discounted_kv, with_coreads
 
@@ -180,6 +182,48 @@ def test_a_prediction_says_which_co_read_terms_it_used():
     terms = load_coreads()
     assert terms is not None
     wave = terms.ctas_per_sm * 132 / 8
-    saving = terms.saving_at(4.8e12)
-    assert h200 == {"saving": pytest.approx(saving), "wave": pytest.approx(wave), "source": terms.source}
+    saving = terms.saving_at(4.8e12, "h200")
+    prompt = min(saving, terms.cap_at(128, 4.8e12, load_device("h200").peak_flops["bf16"]))
+    assert h200 == {"saving": pytest.approx(saving), "prompt_saving": pytest.approx(prompt),
+                    "wave": pytest.approx(wave), "source": terms.source}
     assert build_cost_model(model, load_device("a100"), kind="roofline").describe()["coreads"] is None
+
+
+def test_a_gpu_with_its_own_measured_saving_uses_it_and_others_scale():
+    terms = CoReads(0.6, 1.0, 3.35e12, "t", gpu_savings=(("h200", 0.35),))
+    assert terms.saving_at(4.8e12, "h200") == 0.35
+    assert terms.saving_at(4.8e12, "h20") == pytest.approx(1 - 0.4 * 4.8 / 3.35)  # not measured there: scaled
+    assert terms.saving_at(4.8e12) == pytest.approx(1 - 0.4 * 4.8 / 3.35)
+    assert terms.bind(132, 8, 4.8e12, gpu="h200").saving == 0.35
+    with pytest.raises(ValueError, match="saving on h200 must be within"):
+        CoReads(0.6, 1.0, 3.35e12, "t", gpu_savings=(("h200", 1.5),))
+
+
+def test_the_shipped_file_carries_the_h200s_own_saving():
+    """The H200's traces (``data/traces/h200/s47``) saved less than the H100's scaled to its HBM."""
+    terms = load_coreads()
+    assert terms is not None
+    own = dict(terms.gpu_savings)["h200"]
+    assert 0.0 < own < terms.saving_at(4.8e12)
+    assert coreads_for(load_device("h200"), load_model("llama-3.1-8b")).saving == own  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("head_dim", "rows"), [(64, 192), (80, 192), (96, 192), (128, 128), (256, 128)])
+def test_a_prompt_carrying_call_runs_the_tall_tile(head_dim, rows):
+    assert prompt_tile_rows(head_dim) == rows
+    with pytest.raises(ValueError, match="head_dim"):
+        prompt_tile_rows(0)
+
+
+def test_a_step_carrying_a_prompt_saves_less_of_its_decoders_co_reads():
+    """Every layer of a step with a prompt chunk runs the prompt tile (or its taller decode tile):
+    the cap of 128 rows takes most of the 64-row tile's saving on the shipped terms."""
+    assert layer_prompt_rows(load_model("llama-3.1-8b")) == [(1.0, 128)]
+    assert layer_prompt_rows(load_model("phi-3-mini")) == [(1.0, 192)]
+    capped = CoReads(0.6, 1.0, 3.35e12, "t", ridge_rows=200.0, peak_flops=1e15)
+    bound = capped.bind(132, 8, 3.35e12, 1e15, [(1.0, 64)], prompt_rows=[(1.0, 128)])
+    assert bound.saving == pytest.approx(0.6) and bound.prompt_saving == pytest.approx(1 - 128 / 200)
+    assert bound.discount(8, [(8, 1000)], prompt=True) == pytest.approx((1 - 128 / 200) * 7 * 1000)
+    assert capped.bind(132, 8, 3.35e12, 1e15, [(1.0, 64)]).prompt_saving == pytest.approx(0.6)  # no prompt rows
+    h200 = coreads_for(load_device("h200"), load_model("llama-3.1-8b"))
+    assert h200 is not None and 0.0 < h200.prompt_saving < h200.saving / 1.5

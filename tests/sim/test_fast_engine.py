@@ -305,9 +305,11 @@ def test_sliding_windows_under_kv_pressure_match_and_free_blocks(asynchronous):
 
 
 class CoReadLinearCost(SpreadLinearCost):
-    """SpreadLinearCost on a small GPU with co-reads: waves of 4 sequences, 0.6 of a read saved."""
+    """SpreadLinearCost on a small GPU with co-reads: waves of 4 sequences, 0.6 of a read saved in
+    a pure decode step, 0.36 beside a prompt chunk (the 128-row tile's cap)."""
 
-    coreads = CoReads(saving=0.6, ctas_per_sm=1.0, hbm_bandwidth=1e12, source="test").bind(4, 1, 1e12)
+    coreads = CoReads(saving=0.6, ctas_per_sm=1.0, hbm_bandwidth=1e12, source="test", ridge_rows=200.0,
+                      peak_flops=1e15).bind(4, 1, 1e12, 1e15, [(1.0, 64)], prompt_rows=[(1.0, 128)])
 
 
 @settings(max_examples=40, deadline=None)
@@ -328,6 +330,27 @@ def test_co_reads_shorten_the_decode_steps_of_shared_prefixes_only():
     alone = random_trace(11, 80, 40.0, 700, 120, 0)
     pd.testing.assert_frame_equal(simulate(dep, alone, cost_model=SpreadLinearCost()).records,
                                   simulate(dep, alone, cost_model=CoReadLinearCost()).records)
+
+
+def test_a_step_carrying_a_prompt_discounts_its_decoders_at_the_prompt_saving():
+    from latsim.sim.kvcache import Copy
+    from latsim.sim.shape import plan_coreads, step_shape
+    from latsim.sim.step import StepPlan
+
+    bound = CoReadLinearCost.coreads
+    copy = Copy(("g", 0, 0))
+    decoders = []
+    for i in range(4):
+        req = Req(i, 0.0, 200, 10, group=0, prefix_tokens=128)
+        req.num_computed, req.generated, req.seq = 200, 1, i
+        req.keys[0] = copy
+        decoders.append((req, 1))
+    prompt = Req(9, 0.0, 300, 10)
+    pure, mixed = StepPlan(list(decoders)), StepPlan([*decoders, (prompt, 300)])
+    cut = {name: step_shape(plan).decode_kv_tokens - plan_coreads(step_shape(plan), plan, bound).decode_kv_tokens
+           for name, plan in (("pure", pure), ("mixed", mixed))}
+    assert cut["pure"] == round(bound.discount(4, [(4, 128.0)])) > 0
+    assert cut["mixed"] == round(bound.discount(4, [(4, 128.0)], prompt=True)) < cut["pure"]
 
 
 def test_cohort_counts_the_readers_of_each_shared_prefix():
