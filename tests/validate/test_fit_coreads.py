@@ -45,14 +45,16 @@ def test_the_shipped_terms_are_the_fit_of_their_traces() -> None:
 
 
 def test_a_prompt_carrying_step_saves_what_its_taller_tile_leaves() -> None:
-    """The H200's chunked step over a shared prefix: the co-reads beside a 2,048-token chunk saved
-    less than half of what they saved in a pure decode step; the 128-row tile's cap predicts it
-    within 0.1 (the 64-row tile's saving, a ratio of 1, does not)."""
+    """Chunked steps over a shared prefix: beside a prompt chunk the co-reads saved 0.45 of what
+    they saved in a pure decode step on the H200 and 0.70-0.72 on the H100 (1,024- and
+    2,048-token chunks); the 128-row tile's cap, fitted on pure decode pairs only, predicts each
+    within 0.1 on both GPUs (the 64-row tile's saving, a ratio of 1, on neither)."""
     checks = fc.prompt_check(_traces(), load_coreads())
-    assert len(checks) == 1
-    check = checks[0]
-    assert check["decode_saved_us"] > 2 * check["prompt_saved_us"] > 0
-    assert check["measured_ratio"] == pytest.approx(check["modelled_ratio"], abs=0.1)
+    assert len(checks) == 4 and {Path(c["trace"]).parts[-3] for c in checks} == {"h100", "h200"}
+    for check in checks:
+        assert check["decode_saved_us"] > check["prompt_saved_us"] > 0
+        assert check["measured_ratio"] == pytest.approx(check["modelled_ratio"], abs=0.1)
+        assert check["measured_ratio"] < 0.8
 
 
 def test_pairs_of_tall_tiles_alone_cannot_fit_the_saving(capsys: pytest.CaptureFixture[str]) -> None:
