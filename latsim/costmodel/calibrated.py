@@ -203,6 +203,18 @@ class CalibratedCostModel:
         total = total + (self._decode(d, float(x[DKV]), float(x[WDKV]), batch.decode_kv_sq) if d > 0 else 0.0)
         return float(total + self._fixed_s(x))
 
+    def moe_pad_s(self, tokens: int, padded: int) -> float:
+        """Seconds the routed experts of a step of ``tokens`` tokens add when it replays the CUDA
+        graph captured for ``padded`` tokens (vLLM pads the graph's inputs and routes the padding
+        too): their price at ``padded`` less at ``tokens``; 0.0 for a dense model or no padding.
+        Traced (``data/traces/h200/s26``, ``data/traces/h100/s48``): Qwen3-30B-A3B's decode steps of
+        5 and 11 sequences took the kernel time of 8 and 16."""
+        table = self.tables.moe_per_token
+        if not table or padded <= tokens or tokens <= 0:
+            return 0.0
+        knots = self.tables.t_knots
+        return interp1(knots, table, float(padded)) - interp1(knots, table, float(tokens))
+
     def attention_s(self, batch: BatchShape) -> float:
         """The attention part of :meth:`step_time`: prefill attention over the step's chunks plus
         decode attention over its decode rows (0.0 for an empty step).  The rest of the price is

@@ -103,12 +103,28 @@ MAX_CUDAGRAPH_TOKENS = 512
 capture sizes end here).  The calibrated tables price all-reduce of steps up to it as in-graph."""
 
 
+def padded_graph_size(tokens: int, limit: int) -> int:
+    """The CUDA graph a step of ``tokens`` tokens (at most ``limit``, the engine's largest captured
+    size) replays in vLLM 0.25.1: the first captured size at or above it, the sizes being 1, 2, 4,
+    the multiples of 8 below 256, every 16 from 256, and the limit itself
+    (:func:`~latsim.engines.vllm.defaults.cudagraph_capture_sizes`)."""
+    if tokens <= 4:
+        size = 1 if tokens <= 1 else (2 if tokens == 2 else 4)
+    elif tokens < 256:
+        size = -(-tokens // 8) * 8
+    else:
+        size = -(-tokens // 16) * 16
+    return min(size, limit)
+
+
 class HostOverlapCostModel:
     """``inner`` (GPU time) combined with host time: ``max`` when asynchronous, sum when not.
 
     ``layers``, ``moe_layers`` and ``graph_tokens`` (the engine's CUDA-graph limit; ``None``: every
-    step replays a graph) price steps run without CUDA graphs.  ``decode_run`` applies the same float
-    operations as ``step_time`` element for element.
+    step replays a graph) price steps run without CUDA graphs.  A step within the limit replays
+    the graph of :func:`padded_graph_size`; where the inner model prices padding (``moe_pad_s``:
+    a mixture of experts routes the padded tokens too) it is added to the step's GPU time.
+    ``decode_run`` applies the same float operations as ``step_time`` element for element.
     """
 
     def __init__(self, inner: StepPricer, host: HostOverhead, asynchronous: bool = True, *,
@@ -138,6 +154,16 @@ class HostOverlapCostModel:
         """Steps of more tokens than this have a launch (:meth:`launch_s`); ``None``: none has."""
         self.coreads = coreads
         """The GPU's co-read terms for this deployment (:mod:`latsim.costmodel.coreads`), or None."""
+        pad = getattr(inner, "moe_pad_s", None) if moe_layers and graph_tokens is not None else None
+        self._pad = pad
+        self._pad_limit = graph_tokens or 0
+
+    def padding_s(self, tokens: int) -> float:
+        """GPU seconds (before ``gpu_scale``) a step of ``tokens`` tokens adds by replaying the
+        CUDA graph of :func:`padded_graph_size` (0.0 above the graph limit or without padding)."""
+        if self._pad is None or tokens > self._pad_limit:
+            return 0.0
+        return float(self._pad(tokens, padded_graph_size(tokens, self._pad_limit)))
 
     def launch_s(self, batch: BatchShape) -> float:
         """CPU seconds to launch ``batch`` when it runs without CUDA graphs under asynchronous
@@ -151,8 +177,14 @@ class HostOverlapCostModel:
     def _host_s(self, seqs: int) -> float:
         return self._step_s + self._seq_s * seqs
 
+    def _gpu_s(self, batch: BatchShape) -> float:
+        inner = self._inner_step(batch)
+        if self._pad is not None and inner > 0.0:
+            inner = inner + self.padding_s(batch.num_tokens)
+        return inner * self._scale
+
     def step_time(self, batch: BatchShape) -> float:
-        gpu = self._inner_step(batch) * self._scale
+        gpu = self._gpu_s(batch)
         if gpu <= 0.0:
             return 0.0
         if self._graph_tokens is not None and batch.num_tokens > self._graph_tokens:
@@ -182,13 +214,16 @@ class HostOverlapCostModel:
     def parts(self, batch: BatchShape) -> tuple[float, float]:
         """``(GPU seconds, host seconds)`` of one step: :meth:`step_time` is their ``max`` when
         asynchronous, their sum when not (``(0.0, 0.0)`` for an empty step)."""
-        gpu = self._inner_step(batch) * self._scale
+        gpu = self._gpu_s(batch)
         if gpu <= 0.0:
             return 0.0, 0.0
         return gpu + self.eager_s(batch), self._host_s(batch.num_seqs)
 
     def decode_run(self, seqs: int, kv_tokens: int, steps: int, kv_sq: int = 0) -> npt.NDArray[np.float64]:
-        gpu = self.inner.decode_run(seqs, kv_tokens, steps, kv_sq) * self._scale
+        inner = self.inner.decode_run(seqs, kv_tokens, steps, kv_sq)
+        if self._pad is not None and seqs > 0:
+            inner = inner + self.padding_s(seqs)
+        gpu = inner * self._scale
         if seqs == 0:
             return gpu
         if self._graph_tokens is not None and seqs > self._graph_tokens:

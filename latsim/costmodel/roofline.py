@@ -210,6 +210,8 @@ class RooflineCostModel:
         self._shard = shard_model(model, tp, weight_dtype, kv_dtype)
         self._forms = compile_time_forms(self._shard, device, self.params)
         self._hot = hot_path(self._forms)
+        self._experts_form = next((f for f in self._forms if f.name == "moe_experts"), None)
+        self._experts: dict[int, float] = {}  # tokens -> the routed experts' seconds (a memo of pure values)
 
     def _features(self, batch: BatchShape) -> tuple[Num, ...]:
         return step_features(self._shard, batch.prefill_tokens, batch.prefill_seqs, batch.prefill_attn_pairs,
@@ -236,6 +238,25 @@ class RooflineCostModel:
         context = kv_tokens + np.arange(steps, dtype=np.float64) * seqs
         x = step_features(self._shard, 0, 0, 0.0, 0, seqs, context)
         return np.broadcast_to(np.asarray(_total(self._hot, x), dtype=np.float64), (steps,)).copy()
+
+    def moe_pad_s(self, tokens: int, padded: int) -> float:
+        """Seconds the routed experts of a ``tokens``-token step add when it replays the CUDA graph
+        captured for ``padded`` tokens (the padding is routed too): the experts' roofline time at
+        ``padded`` less at ``tokens``; 0.0 for a dense model or no padding (as
+        :meth:`~latsim.costmodel.calibrated.CalibratedCostModel.moe_pad_s`)."""
+        if self._experts_form is None or not self._shard.moe_layers or padded <= tokens or tokens <= 0:
+            return 0.0
+        return self._experts_s(padded) - self._experts_s(tokens)
+
+    def _experts_s(self, tokens: int) -> float:
+        seconds = self._experts.get(tokens)
+        if seconds is None:
+            f = self._experts_form
+            assert f is not None
+            x = self._features(BatchShape(decode_seqs=tokens, decode_kv_tokens=tokens))
+            c, m, k = (float(evaluate(t, x)) for t in (f.compute, f.memory, f.fixed))
+            seconds = self._experts[tokens] = (c if c > m else m) + k
+        return seconds
 
     def prefill_time(self, tokens: int, context: int = 0) -> float:
         """One step holding a single prefill chunk of ``tokens`` after ``context`` cached tokens."""

@@ -95,3 +95,15 @@ def test_attention_is_the_part_of_the_price_that_moves_with_context(models: dict
     assert 0.0 < attention[0] < attention[1] < attention[2]
     assert rest[0] == pytest.approx(rest[1]) == pytest.approx(rest[2])  # GEMMs and the rest do not see context
     assert 0.0 < rest[0] < cm.step_time(shapes[0])
+
+
+def test_only_a_mixture_of_experts_prices_padded_graph_tokens(models: dict[str, CalibratedCostModel]) -> None:
+    """The routed experts of a step replayed at a larger captured size: their price at the
+    padded size less at the step's own (more tokens reach more experts); nothing for a dense
+    model, for no padding, or for an empty step."""
+    moe, dense = models["qwen3-30b-a3b"], models["llama-3.1-8b"]
+    assert moe.tables.moe_per_token and not dense.tables.moe_per_token
+    assert dense.moe_pad_s(5, 8) == 0.0
+    assert moe.moe_pad_s(8, 8) == 0.0 and moe.moe_pad_s(0, 8) == 0.0
+    assert 0.0 < moe.moe_pad_s(5, 8) < moe.moe_pad_s(5, 16)
+    assert moe.moe_pad_s(5, 8) < moe.step_time(BatchShape(decode_seqs=8, decode_kv_tokens=8000))

@@ -7,7 +7,7 @@ import pytest
 
 from latsim.catalog.lookup import load_device, load_model
 from latsim.costmodel.batch import BatchShape
-from latsim.costmodel.host import SPEED_FIELDS, TERMS, HostOverhead, HostOverlapCostModel
+from latsim.costmodel.host import SPEED_FIELDS, TERMS, HostOverhead, HostOverlapCostModel, padded_graph_size
 from latsim.deployment import Deployment, EngineConfig, resolve_engine
 from latsim.engines.vllm.defaults import cudagraph_capture_sizes, cudagraph_limit
 from latsim.engines.vllm.host_terms import default_host_overhead, reference_probe_s
@@ -46,6 +46,36 @@ def test_capture_sizes_follow_vllm_0_25_1() -> None:
     assert 248 in sizes and 256 in sizes and 264 not in sizes and 272 in sizes
     assert cudagraph_capture_sizes(3, 8192) == (1, 2, 4)
     assert cudagraph_capture_sizes(1024, 100)[-3:] == (88, 96, 100)  # the token budget is captured too
+
+
+@pytest.mark.parametrize(("max_num_seqs", "budget"), [(1024, 8192), (100, 8192), (50, 8192), (1024, 100),
+                                                      (3, 8192), (256, 300), (200, 2048)])
+def test_a_graph_step_replays_the_first_captured_size_at_or_above_it(max_num_seqs, budget) -> None:
+    sizes = cudagraph_capture_sizes(max_num_seqs, budget)
+    for tokens in range(1, sizes[-1] + 1):
+        assert padded_graph_size(tokens, sizes[-1]) == next(s for s in sizes if s >= tokens)
+
+
+class PaddedMoeGpu(LinearGpu):
+    """LinearGpu whose experts cost 100 us a token, so padding shows as 100 us a padded token."""
+
+    def moe_pad_s(self, tokens: int, padded: int) -> float:
+        return 1e-4 * (padded - tokens)
+
+
+def test_a_mixture_of_experts_pays_for_its_padded_graph_tokens() -> None:
+    cost = HostOverlapCostModel(PaddedMoeGpu(), HOST, layers=4, moe_layers=4, graph_tokens=512)
+    five, eight = BatchShape(decode_seqs=5), BatchShape(decode_seqs=8)
+    assert cost.step_time(five) == pytest.approx(1e-3 + 5e-5 + 3e-4)  # replays the graph of 8
+    assert cost.step_time(eight) == pytest.approx(1e-3 + 8e-5)
+    assert cost.padding_s(300) == pytest.approx(1e-4 * (304 - 300))
+    assert cost.padding_s(513) == 0.0  # above the limit: launched eagerly, no padding
+    for seqs in (5, 11, 64, 700):  # a decode run prices as its steps, bitwise
+        run = cost.decode_run(seqs, seqs * 100, 3)
+        assert run.tolist() == [cost.step_time(BatchShape(decode_seqs=seqs, decode_kv_tokens=seqs * 100))] * 3
+    dense = HostOverlapCostModel(PaddedMoeGpu(), HOST, layers=4, graph_tokens=512)  # no MoE layers: no padding
+    assert dense.step_time(five) == pytest.approx(1e-3 + 5e-5)
+    assert HostOverlapCostModel(PaddedMoeGpu(), HOST, moe_layers=4).padding_s(5) == 0.0  # no graph limit known
 
 
 def test_steps_above_the_graph_limit_pay_the_eager_term() -> None:

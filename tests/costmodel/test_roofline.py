@@ -116,3 +116,16 @@ def test_decode_run_is_bitwise_equal_to_stepping(which: int, seqs: int, kv_token
                for i in range(steps)]
     assert run.dtype == np.float64 and run.shape == (steps,)
     assert all(a == b for a, b in zip(run.tolist(), stepped, strict=True))
+
+
+def test_the_roofline_prices_a_mixture_of_experts_padded_graph_tokens() -> None:
+    """More tokens reach more experts, so the padding of a graph step costs weight reads; a
+    dense model has no routed experts to pad."""
+    from latsim.catalog.lookup import load_device as device_of
+    from latsim.catalog.lookup import load_model as model_of
+
+    moe = RooflineCostModel(model_of("qwen3-30b-a3b"), device_of("a100"))
+    assert 0.0 < moe.moe_pad_s(5, 8) < moe.moe_pad_s(5, 16)
+    assert moe.moe_pad_s(8, 8) == 0.0 and moe.moe_pad_s(0, 8) == 0.0
+    assert moe.moe_pad_s(5, 8) == moe.moe_pad_s(5, 8)  # memoised, the same value
+    assert RooflineCostModel(model_of("llama-3.1-8b"), device_of("a100")).moe_pad_s(5, 8) == 0.0

@@ -7,6 +7,9 @@ tables that :class:`~latsim.costmodel.calibrated.CalibratedCostModel` interpolat
 - ``per_token``: seconds vs tokens T in the step, summing every operator whose work depends on
   T only (QKV/O/MLP/router GEMMs, MoE experts, norms, rotary, KV write, activation, embedding,
   all-reduce), each times its layer count;
+- ``moe_per_token``: the MoE experts' part of ``per_token`` alone (empty for a dense model), so a
+  step replayed in a CUDA graph of more tokens can price its padded tokens' experts
+  (:meth:`~latsim.costmodel.calibrated.CalibratedCostModel.moe_pad_s`);
 - ``per_sample``: seconds vs sampled sequences S (``lm_head`` GEMM and the sampler);
 - ``decode``: one decode-attention layer vs (decode sequences D, mean context c);
 - ``prefill``: measured/roofline ratio of prefill attention vs (mean chunk q, mean cached
@@ -50,6 +53,7 @@ class StepTables:
 
     t_knots: list[float]
     per_token: list[float]
+    moe_per_token: list[float]
     per_sample: list[float]
     d_knots: list[float]
     c_knots: list[float]
@@ -154,14 +158,20 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[
         gemm = bnb_gemm_s(p, g, t, device) if g.bnb else p.gemm_s(t, g.k, g.n, device, g.dtype, g.weight_bytes,
                                                                   w4a16=g.w4a16)
         total = total + g.layers * gemm
-    if s.experts and s.moe_layers:
-        shape = (s.experts, s.top_k, s.hidden, s.expert_width)
-        total = total + s.moe_layers * p.moe_s(t, shape, device, s.weight_bytes)
+    total = total + moe_experts_s(p, s, device, t)
     forms = {f.name: f for f in op_forms(s)}
     for name in ("embed", "rope", "kv_write", "norm") + (("act_quant",) if s.act_quant != "none" else ()):
         total = total + _memory_op(p, forms[name], t, device)
     total = total + _act_s(p, s, t, device)
     return total + _allreduce(p, s, t, device, notes), notes
+
+
+def moe_experts_s(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> Arr:
+    """Seconds of the routed experts of every MoE layer at ``t`` tokens (zeros for a dense model)."""
+    if not (s.experts and s.moe_layers):
+        return np.zeros_like(t)
+    shape = (s.experts, s.top_k, s.hidden, s.expert_width)
+    return np.asarray(s.moe_layers * p.moe_s(t, shape, device, s.weight_bytes), dtype=np.float64)
 
 
 CUSTOM_AR_MAX_BYTES = 8 * 1024 * 1024
@@ -249,6 +259,7 @@ def build_tables(p: Predictors, s: ShardSpec, device: DeviceSpec, head_dim: int)
     tok, notes = per_token(p, s, device, t)
     return StepTables(
         t_knots=list(T_KNOTS), per_token=tok.tolist(),
+        moe_per_token=moe_experts_s(p, s, device, t).tolist() if s.experts and s.moe_layers else [],
         per_sample=per_sample(p, s, device, t).tolist(),
         d_knots=list(D_KNOTS), c_knots=list(C_KNOTS), decode=decode_grid(p, s, device, heads_of(s, head_dim)).tolist(),
         q_knots=list(Q_KNOTS), pc_knots=list(PC_KNOTS),
