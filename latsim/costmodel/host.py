@@ -239,4 +239,6 @@ class HostOverlapCostModel:
         return {**self.inner.describe(), "host": {**asdict(self.host), "asynchronous": self.asynchronous,
                                                   "eager_above_tokens": self._graph_tokens,
                                                   "launch_s": self._launch},
-                "coreads": coreads}
+                "coreads": coreads,
+                "graph_padding": ({"priced": "routed experts at the captured size", "graph_limit": self._pad_limit}
+                                  if self._pad is not None else None)}

@@ -73,7 +73,9 @@ def test_a_mixture_of_experts_pays_for_its_padded_graph_tokens() -> None:
     for seqs in (5, 11, 64, 700):  # a decode run prices as its steps, bitwise
         run = cost.decode_run(seqs, seqs * 100, 3)
         assert run.tolist() == [cost.step_time(BatchShape(decode_seqs=seqs, decode_kv_tokens=seqs * 100))] * 3
+    assert cost.describe()["graph_padding"] == {"priced": "routed experts at the captured size", "graph_limit": 512}
     dense = HostOverlapCostModel(PaddedMoeGpu(), HOST, layers=4, graph_tokens=512)  # no MoE layers: no padding
+    assert dense.describe()["graph_padding"] is None
     assert dense.step_time(five) == pytest.approx(1e-3 + 5e-5)
     assert HostOverlapCostModel(PaddedMoeGpu(), HOST, moe_layers=4).padding_s(5) == 0.0  # no graph limit known
 
