@@ -175,7 +175,8 @@ def measure(label: str, runs: list[Path], step_s: float, seq_s: float) -> tuple[
         pooled.append((launch, tail, seqs))
     if len(layer_counts) != 1:
         raise SystemExit(f"{label} runs of different layer counts {sorted(layer_counts)} cannot be pooled")
-    both = stats(*(np.concatenate([p[i] for p in pooled]) for i in range(3)), layer_counts.pop(), step_s, seq_s)
+    launch, tail, seqs = (np.concatenate([p[i] for p in pooled]) for i in range(3))
+    both = stats(launch, tail, seqs, layer_counts.pop(), step_s, seq_s)
     show(f"pooled {label}", both)
     return both, per_run
 
