@@ -137,12 +137,18 @@ def _rms(model: np.ndarray, ratio: np.ndarray) -> float:
     return float(np.sqrt(np.mean(((model - ratio) / ratio) ** 2))) if len(ratio) else 0.0
 
 
+def _lsq_saving(shares: np.ndarray, ratio: np.ndarray) -> float:
+    """The least-squares ``saving`` of ``ratio = 1 - saving x shares``, clipped to [0, 1] (0.0
+    where no pair co-reads)."""
+    return float(np.clip(shares @ (1.0 - ratio) / (shares @ shares), 0.0, 1.0)) if shares @ shares > 0 else 0.0
+
+
 def _saving_grid(rows: list[dict[str, Any]], ratio: np.ndarray) -> list[dict[str, Any]]:
     """For each ``ctas_per_sm`` of the grid, the least-squares ``saving`` and its RMS."""
     grid = []
     for ctas in CTAS_GRID:
         x = _shares(rows, ctas)
-        saving = float(np.clip(x @ (1.0 - ratio) / (x @ x), 0.0, 1.0)) if x @ x > 0 else 0.0
+        saving = _lsq_saving(x, ratio)
         grid.append({"ctas_per_sm": ctas, "saving": saving, "rms": _rms(1.0 - saving * x, ratio)})
     return grid
 
@@ -179,7 +185,7 @@ def _gpu_savings(rows: list[dict[str, Any]], terms: CoReads) -> dict[str, dict[s
             raise ValueError(f"no pair of a 64-row decode tile over a bf16 cache on {gpu} to fit its saving on")
         ratio = np.array([r["attention_s"] / r["expected_s"] for r in one])
         x = _shares(one, terms.ctas_per_sm)
-        saving = float(np.clip(x @ (1.0 - ratio) / (x @ x), 0.0, 1.0)) if x @ x > 0 else 0.0
+        saving = _lsq_saving(x, ratio)
         out[one[0]["device"]] = {"saving": round(saving, 4), "measured_on": gpu, "pairs": len(one),
                                  "rms": _rms(1.0 - saving * x, ratio), "rms_scaled": _rms(_capped(one, terms), ratio),
                                  "scaled_saving": terms.saving_at(one[0]["hbm_bandwidth"])}
