@@ -6,8 +6,8 @@ engine configuration and the decoders' context) and prices every step with the e
 cost model for the run's catalog model on the GPU the trace recorded (``gpu_name``; the H200 for
 the traces from before it was kept; ``--device`` and ``--profile`` choose another GPU or a fitted
 profile folder; ``graphless_steps.cost_model``), GPU side only: the inner model's step time x
-``gpu_scale`` (with a mixture of experts' padded graph tokens, ``padding_s``), without the host and
-graph-less (eager) terms, which are not kernel time.  Heavy
+``gpu_scale`` (with a mixture of experts' padded graph tokens: ``HostOverlapCostModel.kernel_s``),
+without the host and graph-less (eager) terms, which are not kernel time.  Heavy
 steps (prefill work, at least the power data's ``heavy_tokens``) are priced at the profile's
 price and at the power cap's full-clock and capped ratios (:mod:`latsim.costmodel.power`),
 between which a live step falls.
@@ -96,7 +96,7 @@ def model_row(cm: HostOverlapCostModel, shape: BatchShape) -> dict[str, float]:
     and capped, and its attention."""
     inner = cm.inner
     scale = cm.host.gpu_scale
-    total = (inner.step_time(shape) + cm.padding_s(shape.num_tokens)) * scale
+    total = cm.kernel_s(shape)
     cap = getattr(inner, "power", None)
     heavy, full, capped = inner.heavy_parts(shape) if cap is not None and cap.is_heavy(shape) else (0.0, 1.0, 1.0)
     heavy *= scale

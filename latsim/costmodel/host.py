@@ -177,14 +177,16 @@ class HostOverlapCostModel:
     def _host_s(self, seqs: int) -> float:
         return self._step_s + self._seq_s * seqs
 
-    def _gpu_s(self, batch: BatchShape) -> float:
+    def kernel_s(self, batch: BatchShape) -> float:
+        """The GPU kernels' seconds of ``batch``: the inner model's price with the padded graph's
+        experts (:meth:`padding_s`), times ``gpu_scale``; no eager or host term (0.0 when empty)."""
         inner = self._inner_step(batch)
         if self._pad is not None and inner > 0.0:
             inner = inner + self.padding_s(batch.num_tokens)
         return inner * self._scale
 
     def step_time(self, batch: BatchShape) -> float:
-        gpu = self._gpu_s(batch)
+        gpu = self.kernel_s(batch)
         if gpu <= 0.0:
             return 0.0
         if self._graph_tokens is not None and batch.num_tokens > self._graph_tokens:
@@ -214,7 +216,7 @@ class HostOverlapCostModel:
     def parts(self, batch: BatchShape) -> tuple[float, float]:
         """``(GPU seconds, host seconds)`` of one step: :meth:`step_time` is their ``max`` when
         asynchronous, their sum when not (``(0.0, 0.0)`` for an empty step)."""
-        gpu = self._gpu_s(batch)
+        gpu = self.kernel_s(batch)
         if gpu <= 0.0:
             return 0.0, 0.0
         return gpu + self.eager_s(batch), self._host_s(batch.num_seqs)
