@@ -4,7 +4,8 @@
 
 Two stages, each on its own training runs (every other Poisson level is held out):
 
-1. the dense terms (``--dense-free``) on ``--dense-train`` (default: the Llama-3.1-8B levels);
+1. the dense terms (``--dense-free``) on ``--dense-train`` (default: the Llama-3.1-8B levels;
+   ``--dense-free ''`` holds them at the yaml's values);
 2. the mixture-of-experts terms (``--moe-free``) on ``--moe-train`` (default: the fixed-shape
    Qwen3-30B-A3B levels), every dense term held at stage 1's values.
 
@@ -97,8 +98,12 @@ def main() -> None:
     print(f"{len(runs)} Poisson levels: {len(dense)} dense training, {len(moe)} MoE training, {len(held)} held out")
     report("start", held, start)
     losses = {}
-    host, losses["dense"] = fit_host(dense, start, free=args.dense_free)
-    print(f"stage 1 loss {losses['dense']:.4f}")
+    host = start
+    if args.dense_free:
+        host, losses["dense"] = fit_host(dense, start, free=args.dense_free)
+        print(f"stage 1 loss {losses['dense']:.4f}")
+    else:
+        print("stage 1 skipped: no --dense-free term, the dense terms held at the yaml's values")
     report("dense fit", dense, host)
     if args.moe_free:
         if not moe:
