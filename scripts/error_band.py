@@ -60,7 +60,7 @@ from latsim.validate.error_band import (
     with_host_ratios,
 )
 
-FIT = r"h200-probed-b/llama-3\.1-8b-|h200/qwen3-30b-a3b-fixed"
+FIT = r"h200-probed-b/llama-3\.1-8b-|h100-s48/qwen3-30b-a3b-"
 """The levels the shipped fits saw (``scripts/fit_engine_host.py``'s training runs)."""
 ENGINE = "vllm-0.25.1"
 
