@@ -21,6 +21,7 @@ a few hundred cost-model builds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -314,11 +315,13 @@ def step_at_load(static: pd.DataFrame, qps: np.ndarray) -> tuple[np.ndarray, np.
     ``l`` less the decode step it is launched beside, so each prompt adds
     ``e(n) = max(p, l - step(n)) - step(n)`` (at least 0): prompts take a share
     ``u = min(r x e(n), 0.95)`` of the replica's time and a decode token comes every
-    ``step(n) / (1 - u)``.  Little's law ``n = r x mean_out x step(n) / (1 - u)`` is solved by
-    fixed-point iteration from ``n = 0`` (its least root), capped at the batch cap ``B``.  The
-    reported utilization is ``min(r x w, 0.95)`` with ``w`` the idle prompt wall
-    (``log_prompt_wall_ms``), non-decreasing in ``qps``; the batch share and the time per token
-    are too while ``r x max(p, l) < 1``."""
+    ``step(n) / (1 - u)``.  Little's law ``n = r x mean_out x step(n) / (1 - u)`` is solved for
+    its least root in ``[0, B]`` (:func:`least_fixed_point`; ``B`` the batch cap): where a
+    prompt's launch outlasts the decode step, a larger batch hides more of it and the right side
+    can fall as ``n`` grows, so iterating it from 0 need not converge.  The reported utilization
+    is ``min(r x w, 0.95)`` with ``w`` the idle prompt wall (``log_prompt_wall_ms``),
+    non-decreasing in ``qps``; the batch share and the time per token are too while
+    ``r x max(p, l) < 1``."""
     steps = _batch_grid(static, "_step", 1e3)
     cap = np.exp(static["log_batch"].to_numpy())
     r = _replica_rate(static, qps)
@@ -329,11 +332,34 @@ def step_at_load(static: pd.DataFrame, qps: np.ndarray) -> tuple[np.ndarray, np.
         step = _interp(steps, np.maximum(n, 1.0))
         return step / (1.0 - np.minimum(r * _prompt_extra_s(prompt, launch, step), 0.95))
 
-    n = np.zeros(len(static))
-    for _ in range(40):
-        n = np.minimum(cap, r * mean_out * per_token(n))
+    n = least_fixed_point(lambda n: np.minimum(cap, r * mean_out * per_token(n)), cap)
     wall = np.exp(static["log_prompt_wall_ms"].to_numpy()) / 1e3
     return np.minimum(r * wall, 0.95), n / cap, per_token(n) * 1e3
+
+
+def least_fixed_point(f: Callable[[np.ndarray], np.ndarray], hi: np.ndarray, grid: int = 32,
+                      halvings: int = 40) -> np.ndarray:
+    """Per row, the least ``n`` in ``[0, hi]`` with ``f(n) <= n``, for a row-wise continuous ``f``
+    with ``0 <= f <= hi`` (so ``n = hi`` always qualifies): 0 where ``f(0) = 0``, else the first of
+    ``grid`` equal steps where ``f(n) - n`` turns non-positive, narrowed by ``halvings`` bisections
+    (an excursion narrower than a step is not seen).  Needs no monotone ``f``, unlike iterating it."""
+    hi = np.asarray(hi, dtype=float)
+    zero = np.zeros_like(hi)
+    if not len(hi):
+        return zero
+    points = hi[:, None] * (np.arange(1, grid + 1) / grid)[None, :]
+    below = np.column_stack([f(points[:, k]) <= points[:, k] for k in range(grid)])
+    first = np.argmax(below, axis=1)  # the last point always qualifies
+    rows = np.arange(len(hi))
+    upper = points[rows, first]
+    lower = np.where(first > 0, points[rows, np.maximum(first - 1, 0)], 0.0)
+    for _ in range(halvings):
+        mid = 0.5 * (lower + upper)
+        done = f(mid) <= mid
+        upper = np.where(done, mid, upper)
+        lower = np.where(done, lower, mid)
+    out: np.ndarray = np.where(f(zero) <= 0.0, 0.0, upper)
+    return out
 
 
 def _batch_grid(static: pd.DataFrame, prefix: str, per: float = 1.0) -> np.ndarray:

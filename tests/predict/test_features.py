@@ -115,9 +115,16 @@ def test_load_features_grow_with_the_rate_below_capacity(static):
         rates = np.exp(static["log_saturated_rps"].iloc[i]) * np.linspace(0.01, 0.99, 50)
         feats = features_at(static.iloc[[i] * len(rates)], rates)
         assert np.allclose(feats["load_saturated"], np.linspace(0.01, 0.99, 50))
-        for name in ("load", "load_per_batch", "prefill_utilization", "batch_share_at_load", "log_step_at_load_ms",
-                     "prompt_wall_load", *BASELINE_COLUMNS):
+        for name in ("load", "load_per_batch", "prefill_utilization", "batch_share_at_load", "prompt_wall_load",
+                     *BASELINE_COLUMNS):
             assert np.all(np.diff(feats[name].to_numpy()) >= -1e-12), (i, name)
+        # the time per token grows while a replica's prompts, at their longer of steps and launch, fit
+        # in its time (step_at_load's contract); past that a larger batch hides more of each launch
+        row = static.iloc[[i]]
+        per_replica = rates / row["replicas"].iloc[0]
+        fits = per_replica * np.maximum(row["_prompt_step_ms"].iloc[0], row["_prompt_launch_ms"].iloc[0]) / 1e3 < 1.0
+        assert fits.sum() >= 10, (i, fits.sum())
+        assert np.all(np.diff(feats["log_step_at_load_ms"].to_numpy()[fits]) >= -1e-12), i
         # the prompts' wall load is the prefill utilization before its cap
         np.testing.assert_allclose(np.minimum(feats["prompt_wall_load"], 0.95), feats["prefill_utilization"])
         assert np.all(feats["prompt_extra_load"].to_numpy() >= 0.0)
@@ -140,7 +147,11 @@ def test_prompts_queue_more_near_capacity_and_where_they_take_the_replica(static
             rates = np.exp(rows["log_saturated_rps"].iloc[i]) * loads
             at[name] = features_at(rows.iloc[[i] * len(loads)], rates)[list(QUEUE_FEATURES)].to_numpy()
             np.testing.assert_array_equal(at[name][:2], 0.0)  # no rate: every request alone
-            assert np.all(at[name][3] > at[name][2]), (i, name)
+            # the median and the tail queue more near capacity; where a prompt's launch outlasts its
+            # priced steps (the MoE row), the longer decode step at load also lengthens the request
+            # alone, and the P90's ratio may dip by a little
+            assert at[name][3][0] > at[name][2][0] and at[name][3][2] > at[name][2][2], (i, name)
+            assert at[name][3][1] > at[name][2][1] - 0.05, (i, name)
         # outputs of 16 tokens: prompts take most of a replica's time and queue longer at the same load
         assert np.all(at["short"][3] > at["long"][3]), i
 
