@@ -32,7 +32,9 @@ and applies these terms.  An engine's fitted parameters ship with the engine (vL
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, fields, replace
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -103,18 +105,24 @@ MAX_CUDAGRAPH_TOKENS = 512
 capture sizes end here).  The calibrated tables price all-reduce of steps up to it as in-graph."""
 
 
+@lru_cache(maxsize=64)
+def graph_sizes_up_to(top: int) -> tuple[int, ...]:
+    """vLLM 0.25.1's default CUDA-graph capture sizes up to ``top`` tokens, ascending: 1, 2, 4, the
+    multiples of 8 below 256 and every 16 from 256 (the engine adds its token budget when that is
+    at most ``top``: :func:`~latsim.engines.vllm.defaults.cudagraph_capture_sizes`)."""
+    sizes = [size for size in (1, 2, 4) if size <= top]
+    sizes.extend(range(8, min(top + 1, 256), 8))
+    sizes.extend(range(256, top + 1, 16))
+    return tuple(sizes)
+
+
 def padded_graph_size(tokens: int, limit: int) -> int:
     """The CUDA graph a step of ``tokens`` tokens (at most ``limit``, the engine's largest captured
-    size) replays in vLLM 0.25.1: the first captured size at or above it, the sizes being 1, 2, 4,
-    the multiples of 8 below 256, every 16 from 256, and the limit itself
-    (:func:`~latsim.engines.vllm.defaults.cudagraph_capture_sizes`)."""
-    if tokens <= 4:
-        size = 1 if tokens <= 1 else (2 if tokens == 2 else 4)
-    elif tokens < 256:
-        size = -(-tokens // 8) * 8
-    else:
-        size = -(-tokens // 16) * 16
-    return min(size, limit)
+    size) replays in vLLM 0.25.1: the first of :func:`graph_sizes_up_to` ``limit`` at or above it,
+    else the limit itself."""
+    sizes = graph_sizes_up_to(limit)
+    i = bisect_left(sizes, tokens)
+    return sizes[i] if i < len(sizes) else limit
 
 
 class HostOverlapCostModel:

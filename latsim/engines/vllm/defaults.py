@@ -6,14 +6,15 @@
 - CUDA graphs are captured at 1, 2, 4 tokens, every 8 to 256 and every 16 from 256, up to
   ``min(2 x max_num_seqs, 512, max_num_batched_tokens)`` tokens; larger steps run eagerly.  A
   smaller step replays the graph of the next captured size, its inputs padded to it (the cost
-  model prices a step at its own size: pricing the padding did not improve the validation,
-  ``docs/step-time-model.md``).
+  model prices a step at its own size, but a mixture of experts also routes the padded tokens:
+  :func:`latsim.costmodel.host.padded_graph_size`, ``docs/step-time-model.md``, "CUDA-graph
+  padding").
 """
 
 from __future__ import annotations
 
 from latsim.catalog.devices import DeviceSpec
-from latsim.costmodel.host import MAX_CUDAGRAPH_TOKENS
+from latsim.costmodel.host import MAX_CUDAGRAPH_TOKENS, graph_sizes_up_to
 
 __all__ = ["MAX_CUDAGRAPH_TOKENS", "cudagraph_capture_sizes", "cudagraph_limit", "server_defaults"]
 
@@ -44,9 +45,7 @@ def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> t
     256, and ``max_num_batched_tokens`` itself when it is at most ``top``.  A graph step of ``n``
     tokens runs at the first of them at least ``n``."""
     top = min(2 * max_num_seqs, MAX_CUDAGRAPH_TOKENS, max_num_batched_tokens)
-    sizes = {size for size in (1, 2, 4) if size <= top}
-    sizes.update(range(8, min(top + 1, 256), 8))
-    sizes.update(range(256, top + 1, 16))
+    sizes = set(graph_sizes_up_to(top))
     if max_num_batched_tokens <= top:
         sizes.add(max_num_batched_tokens)
     return tuple(sorted(sizes))
