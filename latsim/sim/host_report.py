@@ -10,7 +10,9 @@ reference host's:
   :func:`share_from_parts`.
 * :func:`decode_host_ratio`: at the prediction's operating point, how the host seconds of a
   decode step compare with its GPU seconds (at once, from the prediction's summary: above 1 the
-  CPU paces decoding, as for a 1B model on an H200).
+  CPU paces decoding, as for a 1B model on an H200); :func:`prompt_launch_ratio` the same for the
+  step carrying a prompt (above 1 for a mixture of experts, whose graph-less prompt steps wait on
+  the CPU's launch), and :func:`pace_ratio` the larger of the two where it is above 1.
 * :func:`host_speed_sensitivity`: TTFT and TPOT P50 re-simulated at other host speeds
   (:attr:`~latsim.deployment.EngineConfig.host_speed`; ``latsim predict --host-report`` asks
   for the range the live runs' hosts spanned), as absolute values and relative to the
@@ -148,25 +150,80 @@ def host_overlap(cm: Any) -> HostOverlapCostModel:
     return cm
 
 
+@dataclass(frozen=True)
+class _OperatingPoint:
+    """A prediction's typical step (:func:`decode_host_ratio`, :func:`prompt_launch_ratio`): the
+    requests in flight per replica, their mean prompt and mean context (prompt plus half the output)."""
+
+    seqs: int
+    prompt: float
+    context: float
+    cost_model: HostOverlapCostModel
+    token_budget: int | None
+
+
+def _operating_point(deployment: Any, summary: dict[str, Any]) -> _OperatingPoint | None:
+    rate = summary.get("throughput_rps") or 0.0
+    e2e_ms = (summary.get("e2e_ms") or {}).get("mean")
+    if rate <= 0.0 or e2e_ms is None or not math.isfinite(e2e_ms):
+        return None
+    engine = resolve_engine(deployment)
+    cost_model = default_cost_model(deployment, engine)
+    if not isinstance(cost_model, HostOverlapCostModel):
+        return None  # no host terms to weigh
+    in_flight = rate * e2e_ms / 1e3 / max(1, deployment.replicas)
+    prompt = summary["input_tokens_per_s"] / rate
+    return _OperatingPoint(seqs=max(1, min(round(in_flight), engine.max_num_seqs or 1)), prompt=prompt,
+                           context=prompt + summary["output_tokens_per_s"] / rate / 2, cost_model=cost_model,
+                           token_budget=engine.max_num_batched_tokens)
+
+
 def decode_host_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
     """Host seconds over GPU seconds of the typical decode step of a prediction (``summary``:
     :func:`latsim.metrics.summary.summarize`'s, with ``throughput_rps``, the mean E2E and the
     token rates): the batch is the requests in flight per replica (Little's law: throughput x mean
     E2E, at most ``max_num_seqs``), each at its prompt plus half its output of context.  ``None``
     when the run completed nothing, or the deployment's cost model has no host terms."""
-    rate = summary.get("throughput_rps") or 0.0
-    e2e_ms = (summary.get("e2e_ms") or {}).get("mean")
-    if rate <= 0.0 or e2e_ms is None or not math.isfinite(e2e_ms):
+    point = _operating_point(deployment, summary)
+    if point is None:
         return None
-    engine = resolve_engine(deployment)
-    in_flight = rate * e2e_ms / 1e3 / max(1, deployment.replicas)
-    seqs = max(1, min(round(in_flight), engine.max_num_seqs or 1))
-    context = summary["input_tokens_per_s"] / rate + summary["output_tokens_per_s"] / rate / 2
-    cost_model = default_cost_model(deployment, engine)
-    if not isinstance(cost_model, HostOverlapCostModel):
-        return None  # no host terms to weigh
-    gpu, host = cost_model.parts(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * context)))
+    seqs = point.seqs
+    gpu, host = point.cost_model.parts(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * point.context)))
     return host / gpu if gpu > 0.0 else None
+
+
+def prompt_launch_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
+    """CPU seconds over GPU seconds of the step that carries a typical prompt: one mean-length
+    prompt chunk (at most the token budget) beside the other requests in flight decoding, as in
+    :func:`decode_host_ratio`.  The CPU's part is the step's launch when it runs without CUDA graphs
+    (:meth:`~latsim.costmodel.host.HostOverlapCostModel.launch_s`: its host work, then its
+    kernels layer by layer), else its host work; above 1 the CPU paces the prompts' steps, as for a
+    mixture of experts, whose few active weights make a prompt's kernels short beside the launch of
+    its many layers.  ``None`` as for :func:`decode_host_ratio`."""
+    point = _operating_point(deployment, summary)
+    if point is None:
+        return None
+    chunk = max(1, round(min(point.prompt, point.token_budget or point.prompt)))
+    decodes = point.seqs - 1
+    batch = BatchShape(prefill_tokens=chunk, prefill_seqs=1, prefill_attn_pairs=chunk * (chunk + 1) / 2,
+                       prefill_kv_tokens=chunk, max_prefill_chunk=chunk, decode_seqs=decodes,
+                       decode_kv_tokens=round(decodes * point.context))
+    gpu, host = point.cost_model.parts(batch)
+    cpu = max(host, point.cost_model.launch_s(batch))
+    return cpu / gpu if gpu > 0.0 else None
+
+
+def pace_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
+    """The prediction's pace, as CPU seconds over GPU seconds: its decode step's
+    (:func:`decode_host_ratio`), or its prompt step's (:func:`prompt_launch_ratio`) where that
+    one is the larger and above 1, the CPU then pacing the steps that carry prompts.  The error
+    band (:mod:`latsim.validate.error_band`) cuts its levels by it.  ``None`` as for
+    :func:`decode_host_ratio`."""
+    decode = decode_host_ratio(deployment, summary)
+    if decode is None:
+        return None
+    prompt = prompt_launch_ratio(deployment, summary)
+    return prompt if prompt is not None and prompt > max(1.0, decode) else decode
 
 
 def host_share(deployment: Any, trace: Any, *, seed: int = 0) -> HostShare:

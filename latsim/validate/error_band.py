@@ -6,10 +6,12 @@ every held-out live level under ``data/validation`` replayed by the simulator (`
 validate``) gives one signed error per metric, ``(predicted - measured) / measured``.
 
 :func:`summarise` puts those errors into load bands (:data:`BANDS`: the level's offered rate as
-a fraction of the run's measured capacity) and decode paces (:data:`PACES`: the replay's
-:func:`~latsim.sim.host_report.decode_host_ratio`, the host seconds of a typical decode step over
-its GPU seconds; a 70B model's is about 0.13, an 8B's 0.55, a 1B's 1.4-2.2 on the H200, where
-the CPU paces decoding and the engine's speed follows the VM's CPU from one start to the next),
+a fraction of the run's measured capacity) and paces (:data:`PACES`: the replay's
+:func:`~latsim.sim.host_report.pace_ratio`, the host seconds of a typical decode step over its
+GPU seconds, or of the step carrying a prompt where its CPU launch outlasts its GPU work; a 70B
+model's is about 0.13, an 8B's 0.55, a 1B's 1.4-2.2 on the H200, where the CPU paces decoding and
+the engine's speed follows the VM's CPU from one start to the next, the mixture of experts' 1.1-1.9
+from its graph-less prompt steps' launch),
 and gives, per cell and metric (:data:`METRICS`), the median error and a band meant to hold
 :data:`TARGET` (80 %) of the errors of a configuration nobody measured.  The band is checked the
 way it is used, by leaving each configuration (a model and workload shape, over all its engine
@@ -45,8 +47,9 @@ BANDS: tuple[tuple[str, float, float], ...] = (("light", 0.0, 0.5), ("heavy", 0.
 of the measured capacity; a prediction's saturation (over its own estimated capacity) up to 0.95
 is read as the heavy band."""
 PACES: tuple[tuple[str, float, float], ...] = (("gpu", 0.0, 0.25), ("mixed", 0.25, 1.0), ("host", 1.0, np.inf))
-"""(name, low, high]: the decode paces, as a decode step's host seconds over its GPU seconds: the GPU
-sets the pace with the host under a quarter of it, the CPU from where the two are equal."""
+"""(name, low, high]: the paces, as a step's host seconds over its GPU seconds
+(:func:`~latsim.sim.host_report.pace_ratio`): the GPU sets the pace with the host under a quarter
+of it, the CPU from where the two are equal."""
 METRICS: tuple[tuple[str, str], ...] = tuple((m, s) for m in ("ttft_ms", "tpot_ms", "e2e_ms") for s in ("p50", "p99"))
 TARGET = 0.8
 """The share of a left-out configuration's levels the band is widened to hold."""
@@ -286,15 +289,15 @@ def validated_error(band: ErrorBand, **deployment: Any) -> dict[str, Any]:
 def for_prediction(deployment: Any, summary: dict[str, Any], band: ErrorBand | None = None) -> dict[str, Any]:
     """:func:`validated_error` of a prediction: its deployment (engine, GPU, TP, replicas,
     scheduling; a host speed other than 1 is taken as measured, ``latsim host-speed``) and its
-    summary (cost model, saturation, the decode pace of
-    :func:`~latsim.sim.host_report.decode_host_ratio`), against its GPU's shipped band by default."""
-    from latsim.sim.host_report import decode_host_ratio
+    summary (cost model, saturation, the pace of :func:`~latsim.sim.host_report.pace_ratio`),
+    against its GPU's shipped band by default."""
+    from latsim.sim.host_report import pace_ratio
 
     engine = deployment.engine
     kind = _kind(deployment, str(summary.get("cost_model")))
     return validated_error(band or shipped_band(deployment.device.name), **kind,
                            saturation=summary.get("saturation"),
-                           host_ratio=decode_host_ratio(deployment, summary), host_known=engine.host_speed != 1.0)
+                           host_ratio=pace_ratio(deployment, summary), host_known=engine.host_speed != 1.0)
 
 
 def deployment_why(deployment: Any, cost_model: str, band: ErrorBand | None = None) -> str:
@@ -382,18 +385,18 @@ def targets_at_slow_edge(validated: dict[str, Any], values: dict[str, float | No
 
 def with_host_ratios(table: pd.DataFrame, levels: list[Any], band: ErrorBand | None = None) -> pd.DataFrame:
     """``table`` (:func:`latsim.validate.compare.error_table` of ``levels``) with each Poisson
-    level's ``host_ratio``: :func:`~latsim.sim.host_report.decode_host_ratio` of the deployment its
+    level's ``host_ratio``: :func:`~latsim.sim.host_report.pace_ratio` of the deployment its
     replay simulated; none (so no cell of the band) for a level of a kind ``band`` (default: its
     GPU's shipped one) does not describe (:func:`deployment_why`: another TP, replicas,
     scheduling)."""
-    from latsim.sim.host_report import decode_host_ratio
+    from latsim.sim.host_report import pace_ratio
 
     ratios = {}
     for lv in levels:
         if load_fraction(lv.level) is None:
             continue
         if not deployment_why(lv.deployment, str(lv.predicted.get("cost_model")), band):
-            ratios[lv.run_dir] = decode_host_ratio(lv.deployment, lv.predicted)
+            ratios[lv.run_dir] = pace_ratio(lv.deployment, lv.predicted)
     return table.assign(host_ratio=table["run"].map(ratios))
 
 

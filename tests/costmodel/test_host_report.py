@@ -9,7 +9,14 @@ from latsim import Deployment, load_device, load_model, simulate, synthesize
 from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.factory import build_cost_model
 from latsim.costmodel.host import HostOverlapCostModel
-from latsim.sim.host_report import decode_host_ratio, host_share, host_speed_sensitivity, share_from_parts
+from latsim.sim.host_report import (
+    decode_host_ratio,
+    host_share,
+    host_speed_sensitivity,
+    pace_ratio,
+    prompt_launch_ratio,
+    share_from_parts,
+)
 
 
 def trace(qps: float, n: int = 80):
@@ -131,3 +138,39 @@ def test_decode_host_ratio_grows_with_the_batch_in_flight() -> None:
     one = decode_host_ratio(d, {**base, "e2e_ms": {"mean": 1000.0}})  # one request in flight
     many = decode_host_ratio(d, {**base, "e2e_ms": {"mean": 1000.0 * 200}})  # 200 in flight
     assert one is not None and many is not None and one != many
+
+
+def operating_point(in_flight: float, prompt: float = 1500.0) -> dict:
+    """A summary of one request a second with ``in_flight`` of them in the engine on average."""
+    return {"throughput_rps": 1.0, "input_tokens_per_s": prompt, "output_tokens_per_s": 200.0,
+            "e2e_ms": {"mean": 1000.0 * in_flight}}
+
+
+def test_a_mixture_of_experts_prompt_step_is_paced_by_its_launch() -> None:
+    """Qwen3-30B-A3B's graph-less prompt step launches 48 layers of attention and experts from the
+    CPU while its kernels, 3B parameters active, are short: the CPU paces it, though its decode
+    steps (CUDA graphs) are the GPU's; a 32B dense model's prompt kernels outlast the launch."""
+    moe, dense = deployment("qwen3-30b-a3b"), deployment("qwen2.5-32b")
+    point = operating_point(8.0)
+    moe_prompt, moe_decode = prompt_launch_ratio(moe, point), decode_host_ratio(moe, point)
+    assert moe_prompt is not None and moe_decode is not None and moe_prompt > 1.0 > moe_decode
+    assert pace_ratio(moe, point) == moe_prompt
+    dense_prompt = prompt_launch_ratio(dense, point)
+    assert dense_prompt is not None and dense_prompt < 1.0
+    assert pace_ratio(dense, point) == decode_host_ratio(dense, point)
+
+
+def test_a_prompt_step_inside_the_cuda_graphs_has_no_launch() -> None:
+    """One 256-token prompt alone fits the captured graphs (up to 512 tokens): only its host work
+    counts, far under its kernels' time; a 4,000-token one runs graph-less and adds the launch."""
+    d = deployment("qwen3-30b-a3b")
+    small = prompt_launch_ratio(d, operating_point(1.0, 256.0))
+    large = prompt_launch_ratio(d, operating_point(1.0, 4000.0))
+    assert small is not None and large is not None
+    assert small < 0.5 < large
+
+
+def test_the_pace_of_a_run_that_completed_nothing_is_none() -> None:
+    d = deployment("qwen3-30b-a3b")
+    nothing = {"throughput_rps": 0.0, "e2e_ms": {"mean": float("nan")}}
+    assert pace_ratio(d, nothing) is None and prompt_launch_ratio(d, nothing) is None
