@@ -3,7 +3,7 @@
     python scripts/band_table.py latsim/data/engines/vllm/error_band.json       # the H200's
     python scripts/band_table.py latsim/data/engines/vllm/error_band-h100.json  # the H100's
 
-One row per cell (host speed unknown or given, load, decode pace): its levels and configurations,
+One row per cell (host speed unknown or given, load, pace): its levels and configurations,
 then each statistic's band as ``low..high %`` with the left-out share inside in brackets
 (:mod:`latsim.validate.error_band` builds the file).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 METRICS = ("ttft_ms p50", "ttft_ms p99", "tpot_ms p50", "tpot_ms p99", "e2e_ms p50")
-HEADER = ("| host speed | load | decode pace | levels (configurations) | TTFT p50 | TTFT p99 | TPOT p50 | "
+HEADER = ("| host speed | load | pace | levels (configurations) | TTFT p50 | TTFT p99 | TPOT p50 | "
           "TPOT p99 | E2E p50 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
@@ -28,11 +28,11 @@ def percent(x: float) -> str:
 
 
 def rows(doc: dict[str, Any]) -> list[str]:
-    """The table's rows, in the order host speed, load, decode pace."""
+    """The table's rows, in the order host speed, load, pace."""
     out = []
     for speed, key in (("unknown (1)", "bands"), ("given", "known_host")):
         for load in ("light", "heavy"):
-            for pace in ("gpu", "mixed", "host"):
+            for pace in ("gpu", "mixed", "launch", "host"):
                 cell = doc[key].get(load, {}).get(pace)
                 if not cell:
                     continue

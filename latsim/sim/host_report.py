@@ -12,7 +12,7 @@ reference host's:
   decode step compare with its GPU seconds (at once, from the prediction's summary: above 1 the
   CPU paces decoding, as for a 1B model on an H200); :func:`prompt_launch_ratio` the same for the
   step carrying a prompt (above 1 for a mixture of experts, whose graph-less prompt steps wait on
-  the CPU's launch), and :func:`pace_ratio` the larger of the two where it is above 1.
+  the CPU's launch).
 * :func:`host_speed_sensitivity`: TTFT and TPOT P50 re-simulated at other host speeds
   (:attr:`~latsim.deployment.EngineConfig.host_speed`; ``latsim predict --host-report`` asks
   for the range the live runs' hosts spanned), as absolute values and relative to the
@@ -211,19 +211,6 @@ def prompt_launch_ratio(deployment: Any, summary: dict[str, Any]) -> float | Non
     gpu, host = point.cost_model.parts(batch)
     cpu = max(host, point.cost_model.launch_s(batch))
     return cpu / gpu if gpu > 0.0 else None
-
-
-def pace_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
-    """The prediction's pace, as CPU seconds over GPU seconds: its decode step's
-    (:func:`decode_host_ratio`), or its prompt step's (:func:`prompt_launch_ratio`) where that
-    one is the larger and above 1, the CPU then pacing the steps that carry prompts.  The error
-    band (:mod:`latsim.validate.error_band`) cuts its levels by it.  ``None`` as for
-    :func:`decode_host_ratio`."""
-    decode = decode_host_ratio(deployment, summary)
-    if decode is None:
-        return None
-    prompt = prompt_launch_ratio(deployment, summary)
-    return prompt if prompt is not None and prompt > max(1.0, decode) else decode
 
 
 def host_share(deployment: Any, trace: Any, *, seed: int = 0) -> HostShare:

@@ -6,12 +6,14 @@ every held-out live level under ``data/validation`` replayed by the simulator (`
 validate``) gives one signed error per metric, ``(predicted - measured) / measured``.
 
 :func:`summarise` puts those errors into load bands (:data:`BANDS`: the level's offered rate as
-a fraction of the run's measured capacity) and paces (:data:`PACES`: the replay's
-:func:`~latsim.sim.host_report.pace_ratio`, the host seconds of a typical decode step over its
-GPU seconds, or of the step carrying a prompt where its CPU launch outlasts its GPU work; a 70B
-model's is about 0.13, an 8B's 0.55, a 1B's 1.4-2.2 on the H200, where the CPU paces decoding and
-the engine's speed follows the VM's CPU from one start to the next, the mixture of experts' 1.1-1.9
-from its graph-less prompt steps' launch),
+a fraction of the run's measured capacity) and paces (:func:`pace_of`: the replay's
+:func:`~latsim.sim.host_report.decode_host_ratio`, the host seconds of a typical decode step over
+its GPU seconds, cut by :data:`PACES`: a 70B model's is about 0.13, an 8B's 0.55, a 1B's 1.4-2.2
+on the H200, where the CPU paces decoding and the engine's speed follows the VM's CPU from one
+start to the next; and :data:`LAUNCH_PACE` where the decodes are not host-paced but the step
+carrying a prompt is, :func:`~latsim.sim.host_report.prompt_launch_ratio` above 1: its graph-less
+kernels launched by the CPU outlast their GPU work, as for the mixture of experts and, at some
+loads, Phi-3-mini and the 7-8B models),
 and gives, per cell and metric (:data:`METRICS`), the median error and a band meant to hold
 :data:`TARGET` (80 %) of the errors of a configuration nobody measured.  The band is checked the
 way it is used, by leaving each configuration (a model and workload shape, over all its engine
@@ -47,9 +49,13 @@ BANDS: tuple[tuple[str, float, float], ...] = (("light", 0.0, 0.5), ("heavy", 0.
 of the measured capacity; a prediction's saturation (over its own estimated capacity) up to 0.95
 is read as the heavy band."""
 PACES: tuple[tuple[str, float, float], ...] = (("gpu", 0.0, 0.25), ("mixed", 0.25, 1.0), ("host", 1.0, np.inf))
-"""(name, low, high]: the paces, as a step's host seconds over its GPU seconds
-(:func:`~latsim.sim.host_report.pace_ratio`): the GPU sets the pace with the host under a quarter
-of it, the CPU from where the two are equal."""
+"""(name, low, high]: the decode paces, as a decode step's host seconds over its GPU seconds: the GPU
+sets the pace with the host under a quarter of it, the CPU from where the two are equal."""
+LAUNCH_PACE = "launch"
+"""The pace of a deployment whose decodes are not host-paced but whose prompt steps are: their
+CPU launch outlasts their GPU work (:func:`pace_of`)."""
+PACE_NAMES: tuple[str, ...] = ("gpu", "mixed", LAUNCH_PACE, "host")
+"""Every pace, GPU-paced first."""
 METRICS: tuple[tuple[str, str], ...] = tuple((m, s) for m in ("ttft_ms", "tpot_ms", "e2e_ms") for s in ("p50", "p99"))
 TARGET = 0.8
 """The share of a left-out configuration's levels the band is widened to hold."""
@@ -103,6 +109,19 @@ def band_of(fraction: float, bands: tuple[tuple[str, float, float], ...] = BANDS
     return None
 
 
+def pace_of(host_ratio: float | None, prompt_ratio: float | None = None) -> str | None:
+    """The pace (:data:`PACE_NAMES`) of a deployment whose typical decode step's host seconds are
+    ``host_ratio`` of its GPU seconds (:data:`PACES`) and whose step carrying a prompt has CPU
+    seconds ``prompt_ratio`` of its GPU seconds: :data:`LAUNCH_PACE` where that is above 1 and the
+    decodes are not host-paced; ``None`` without a decode ratio."""
+    if host_ratio is None or not np.isfinite(host_ratio):
+        return None
+    pace = band_of(host_ratio, PACES)
+    if pace != "host" and prompt_ratio is not None and np.isfinite(prompt_ratio) and prompt_ratio > 1.0:
+        return LAUNCH_PACE
+    return pace
+
+
 def configuration(run: str) -> str:
     """A level's configuration: the name of its run folder (``llama-3.1-8b-mix`` for
     ``data/validation/h200-s19/llama-3.1-8b-mix/f0.25``), the same over engine starts."""
@@ -110,15 +129,16 @@ def configuration(run: str) -> str:
 
 
 def banded(errors: pd.DataFrame) -> pd.DataFrame:
-    """``errors`` (columns ``run``, ``level``, ``metric``, ``stat``, ``error``, ``host_ratio``)
-    reduced to the rows of :data:`METRICS` on levels inside a load band and a pace, with ``band``,
-    ``pace`` and ``config`` columns added."""
+    """``errors`` (columns ``run``, ``level``, ``metric``, ``stat``, ``error``, ``host_ratio``, and
+    ``prompt_ratio`` where known: :func:`pace_of`) reduced to the rows of :data:`METRICS` on levels
+    inside a load band and a pace, with ``band``, ``pace`` and ``config`` columns added."""
     keep = pd.Series([(m, s) in METRICS for m, s in zip(errors["metric"], errors["stat"], strict=True)],
                      index=errors.index)
     e = errors[keep & errors["error"].notna()].copy()
     fractions = e["level"].map(load_fraction)
     e["band"] = [band_of(f) if f is not None else None for f in fractions]
-    e["pace"] = [band_of(r, PACES) if r is not None and np.isfinite(r) else None for r in e["host_ratio"]]
+    prompt = e["prompt_ratio"] if "prompt_ratio" in e else pd.Series(np.nan, index=e.index)
+    e["pace"] = [pace_of(r, p) for r, p in zip(e["host_ratio"], prompt, strict=True)]
     e = e[e["band"].notna() & e["pace"].notna()]
     e["config"] = e["run"].map(configuration)
     return e
@@ -170,7 +190,7 @@ def summarise(errors: pd.DataFrame) -> dict[str, dict[str, Cell]]:
     e = banded(errors)
     out: dict[str, dict[str, Cell]] = {}
     for band, _, _ in BANDS:
-        for pace, _, _ in PACES:
+        for pace in PACE_NAMES:
             rows = e[(e["band"] == band) & (e["pace"] == pace)]
             if rows["config"].nunique() >= MIN_CONFIGURATIONS:
                 out.setdefault(band, {})[pace] = cell(rows)
@@ -253,7 +273,8 @@ def kind_why(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: 
 
 def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: int, replicas: int,
             saturation: float | None, default_scheduling: bool, host_ratio: float | None,
-            host_known: bool = False, bitsandbytes: bool = False) -> tuple[tuple[str, str] | None, str]:
+            prompt_ratio: float | None = None, host_known: bool = False,
+            bitsandbytes: bool = False) -> tuple[tuple[str, str] | None, str]:
     """((load band, pace), "") when ``band`` describes this deployment, else (``None``, why not):
     its kind (:func:`kind_why`), a load inside a band and a pace with levels."""
     why = kind_why(band, engine=engine, device=device, cost_model=cost_model, tp=tp, replicas=replicas,
@@ -267,9 +288,9 @@ def applies(band: ErrorBand, *, engine: str, device: str, cost_model: str, tp: i
     if name is None or name not in table:
         return None, (f"load {saturation:.2f} of capacity is outside the measured range (levels at 0.1-0.9 "
                       f"of capacity, read up to {BANDS[-1][2]:g})")
-    pace = band_of(host_ratio, PACES) if host_ratio is not None and np.isfinite(host_ratio) else None
+    pace = pace_of(host_ratio, prompt_ratio)
     if pace is None or pace not in table[name]:
-        return None, "no measured level decodes at this deployment's host/GPU pace"
+        return None, "no measured level runs at this deployment's host/GPU pace"
     return (name, pace), ""
 
 
@@ -282,6 +303,7 @@ def validated_error(band: ErrorBand, **deployment: Any) -> dict[str, Any]:
     name, pace = where
     host_known = band.uses_known_host(bool(deployment.get("host_known")))
     return {"available": True, "band": name, "pace": pace, "host_ratio": deployment["host_ratio"],
+            "prompt_ratio": deployment.get("prompt_ratio"),
             "host_known": host_known, "engine": band.engine, "device": band.device,
             "target_coverage": TARGET, "metrics": band.table(host_known)[name][pace]}
 
@@ -289,15 +311,16 @@ def validated_error(band: ErrorBand, **deployment: Any) -> dict[str, Any]:
 def for_prediction(deployment: Any, summary: dict[str, Any], band: ErrorBand | None = None) -> dict[str, Any]:
     """:func:`validated_error` of a prediction: its deployment (engine, GPU, TP, replicas,
     scheduling; a host speed other than 1 is taken as measured, ``latsim host-speed``) and its
-    summary (cost model, saturation, the pace of :func:`~latsim.sim.host_report.pace_ratio`),
-    against its GPU's shipped band by default."""
-    from latsim.sim.host_report import pace_ratio
+    summary (cost model, saturation, the pace of :func:`pace_of`), against its GPU's shipped band
+    by default."""
+    from latsim.sim.host_report import decode_host_ratio, prompt_launch_ratio
 
     engine = deployment.engine
     kind = _kind(deployment, str(summary.get("cost_model")))
     return validated_error(band or shipped_band(deployment.device.name), **kind,
                            saturation=summary.get("saturation"),
-                           host_ratio=pace_ratio(deployment, summary), host_known=engine.host_speed != 1.0)
+                           host_ratio=decode_host_ratio(deployment, summary),
+                           prompt_ratio=prompt_launch_ratio(deployment, summary), host_known=engine.host_speed != 1.0)
 
 
 def deployment_why(deployment: Any, cost_model: str, band: ErrorBand | None = None) -> str:
@@ -385,19 +408,20 @@ def targets_at_slow_edge(validated: dict[str, Any], values: dict[str, float | No
 
 def with_host_ratios(table: pd.DataFrame, levels: list[Any], band: ErrorBand | None = None) -> pd.DataFrame:
     """``table`` (:func:`latsim.validate.compare.error_table` of ``levels``) with each Poisson
-    level's ``host_ratio``: :func:`~latsim.sim.host_report.pace_ratio` of the deployment its
+    level's ``host_ratio`` and ``prompt_ratio`` (:func:`pace_of`) of the deployment its
     replay simulated; none (so no cell of the band) for a level of a kind ``band`` (default: its
     GPU's shipped one) does not describe (:func:`deployment_why`: another TP, replicas,
     scheduling)."""
-    from latsim.sim.host_report import pace_ratio
+    from latsim.sim.host_report import decode_host_ratio, prompt_launch_ratio
 
-    ratios = {}
+    ratios, prompts = {}, {}
     for lv in levels:
         if load_fraction(lv.level) is None:
             continue
         if not deployment_why(lv.deployment, str(lv.predicted.get("cost_model")), band):
-            ratios[lv.run_dir] = pace_ratio(lv.deployment, lv.predicted)
-    return table.assign(host_ratio=table["run"].map(ratios))
+            ratios[lv.run_dir] = decode_host_ratio(lv.deployment, lv.predicted)
+            prompts[lv.run_dir] = prompt_launch_ratio(lv.deployment, lv.predicted)
+    return table.assign(host_ratio=table["run"].map(ratios), prompt_ratio=table["run"].map(prompts))
 
 
 def describe_inside(counts: pd.DataFrame) -> str:

@@ -13,7 +13,6 @@ from latsim.sim.host_report import (
     decode_host_ratio,
     host_share,
     host_speed_sensitivity,
-    pace_ratio,
     prompt_launch_ratio,
     share_from_parts,
 )
@@ -154,10 +153,8 @@ def test_a_mixture_of_experts_prompt_step_is_paced_by_its_launch() -> None:
     point = operating_point(8.0)
     moe_prompt, moe_decode = prompt_launch_ratio(moe, point), decode_host_ratio(moe, point)
     assert moe_prompt is not None and moe_decode is not None and moe_prompt > 1.0 > moe_decode
-    assert pace_ratio(moe, point) == moe_prompt
     dense_prompt = prompt_launch_ratio(dense, point)
     assert dense_prompt is not None and dense_prompt < 1.0
-    assert pace_ratio(dense, point) == decode_host_ratio(dense, point)
 
 
 def test_a_prompt_step_inside_the_cuda_graphs_has_no_launch() -> None:
@@ -170,7 +167,7 @@ def test_a_prompt_step_inside_the_cuda_graphs_has_no_launch() -> None:
     assert small < 0.5 < large
 
 
-def test_the_pace_of_a_run_that_completed_nothing_is_none() -> None:
+def test_the_prompt_ratio_of_a_run_that_completed_nothing_is_none() -> None:
     d = deployment("qwen3-30b-a3b")
     nothing = {"throughput_rps": 0.0, "e2e_ms": {"mean": float("nan")}}
-    assert pace_ratio(d, nothing) is None and prompt_launch_ratio(d, nothing) is None
+    assert prompt_launch_ratio(d, nothing) is None

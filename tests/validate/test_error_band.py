@@ -92,6 +92,24 @@ def test_summarise_bands_levels_by_load_and_pace_and_takes_quantiles_per_metric(
     assert bands["light"]["host"]["ttft_ms p50"]["median"] == pytest.approx(0.7)
 
 
+@pytest.mark.parametrize(("decode", "prompt", "pace"), [
+    (0.1, None, "gpu"), (0.1, 0.9, "gpu"), (0.5, 0.99, "mixed"), (0.1, 1.6, "launch"), (0.5, 1.2, "launch"),
+    (1.8, 2.5, "host"), (1.8, None, "host"), (None, 1.6, None), (float("nan"), 1.6, None), (0.5, float("nan"), "mixed"),
+])
+def test_the_pace_is_the_decodes_unless_the_prompt_steps_launch_outlasts_their_kernels(
+        decode: float | None, prompt: float | None, pace: str | None) -> None:
+    assert eb.pace_of(decode, prompt) == pace
+
+
+def test_summarise_puts_launch_paced_levels_in_a_cell_of_their_own() -> None:
+    gpu = _errors({"a-mix": [0.0, 0.1], "b-mix": [0.2, 0.3]}, host_ratio=0.1)
+    launch = _errors({"c-mix": [0.5, 0.6], "d-mix": [0.7, 0.8]}, host_ratio=0.1).assign(prompt_ratio=1.7)
+    bands = eb.summarise(pd.concat([gpu, launch], ignore_index=True))
+    assert set(bands["light"]) == {"gpu", "launch"}
+    assert bands["light"]["launch"]["ttft_ms p50"]["median"] == pytest.approx(0.65)
+    assert bands["light"]["gpu"]["ttft_ms p50"]["median"] == pytest.approx(0.15)
+
+
 @pytest.mark.parametrize(("fraction", "band"), [(0.1, "light"), (0.5, "light"), (0.75, "heavy"), (0.9, "heavy"),
                                                 (0.95, "heavy"), (0.96, None), (0.0, None)])
 def test_load_bands(fraction: float, band: str | None) -> None:
@@ -146,6 +164,13 @@ def test_a_measured_deployment_gets_its_load_band() -> None:
     out = eb.validated_error(_band(), **{**MEASURED, "saturation": 0.8, "host_ratio": 0.2})
     assert out["available"] and (out["band"], out["pace"]) == ("heavy", "gpu")
     assert out["metrics"]["ttft_ms p50"]["high"] == 0.2 and out["host_ratio"] == 0.2
+
+
+def test_a_launch_paced_deployment_gets_no_decode_paced_band() -> None:
+    """A mixture of experts decoding at GPU pace whose prompt steps wait on the CPU's launch is not
+    described by the GPU-paced levels: without a launch cell the band says so."""
+    out = eb.validated_error(_band(), **{**MEASURED, "saturation": 0.8, "host_ratio": 0.2, "prompt_ratio": 1.6})
+    assert out["available"] is False and "host/GPU pace" in out["why"]
 
 
 def test_the_shipped_band_reads_and_describes_the_calibrated_h200() -> None:
