@@ -57,11 +57,14 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--root", type=Path, default=Path("data/validation"))
     ap.add_argument("--device", default="h200")
     ap.add_argument("--kind", default="calibrated", choices=("calibrated", "roofline"))
-    ap.add_argument("--dense-train", default=r"h200/llama-3\.1-8b-")
-    ap.add_argument("--moe-train", default=r"h200/qwen3-30b-a3b-fixed")
+    ap.add_argument("--dense-train", default=r"h200-probed-b/llama-3\.1-8b-",
+                    help="regular expression of the dense training levels (default: the shipped dense fit's)")
+    ap.add_argument("--moe-train", default=r"h100-s48/qwen3-30b-a3b-",
+                    help="regular expression of the MoE training levels (default: the shipped MoE fit's, H100 "
+                         "runs: with --device h100)")
     ap.add_argument("--dense-free", default=",".join(DENSE_FIELDS))
     ap.add_argument("--moe-free", default="eager_moe_layer_s")
-    ap.add_argument("--host-speed", default="1",
+    ap.add_argument("--host-speed", default="probe",
                     help="host speed to replay the runs at: a number, or 'probe' (each level at its host probe's "
                          "speed, so the CPU terms come out in the reference host's units; unprobed levels at 1)")
     ap.add_argument("--start", action="append", default=[], help="KEY=VALUE starting value of a term")
