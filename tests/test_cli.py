@@ -183,7 +183,8 @@ def test_predict_says_how_far_the_live_engine_was_from_such_answers(monkeypatch,
     cell = validated["metrics"]["tpot_ms p50"]
     assert cell["low"] < cell["median"] < cell["high"] and cell["levels"] >= 10
     code, table, _ = run(argv, monkeypatch, capsys)
-    assert code == 0 and "light load, gpu pace, host unknown" in table and "live engine vs this answer, p50" in table
+    assert code == 0 and "light load, gpu pace (decode CPU/GPU 0." in table
+    assert "live engine vs this answer, p50" in table
     code, out, _ = run([*argv, "--tp", "2", "--json"], monkeypatch, capsys)
     assert json.loads(out)["validated_error"] == {"available": False, "why": "measured live on one engine at TP=1 only"}
     code, table, _ = run([*argv[:3], "--device", "a100", *argv[5:]], monkeypatch, capsys)
@@ -191,6 +192,20 @@ def test_predict_says_how_far_the_live_engine_was_from_such_answers(monkeypatch,
     code, out, _ = run([*argv[:3], "--device", "h100", *argv[5:], "--json"], monkeypatch, capsys)
     validated = json.loads(out)["validated_error"]  # the H100's own band, from its live runs
     assert code == 0 and validated["available"] and validated["device"] == "h100"
+
+
+def test_a_mixture_of_experts_gets_the_launch_paced_band(monkeypatch, capsys):
+    """Qwen3-30B-A3B decodes at the GPU's pace but its prompt steps, too large for the CUDA
+    graphs, wait on the CPU's launch of 48 layers: the band of the launch-paced levels, and the
+    table says which step's ratio put it there."""
+    argv = ["predict", "--model", "qwen3-30b-a3b", "--device", "h200", "--qps", "4", "--num-requests", "80",
+            "--input-len", "1500", "--output-len", "128"]
+    code, out, _ = run([*argv, "--json"], monkeypatch, capsys)
+    validated = json.loads(out)["validated_error"]
+    assert code == 0 and validated["available"] and validated["pace"] == "launch"
+    assert validated["prompt_ratio"] > 1.0 > validated["host_ratio"]
+    code, table, _ = run(argv, monkeypatch, capsys)
+    assert code == 0 and "launch pace (prompt step CPU/GPU 1." in table
 
 
 def test_an_slo_is_also_checked_at_the_live_bands_slow_edge(monkeypatch, capsys):

@@ -95,7 +95,7 @@ def _validated_rows(validated: dict | None) -> list[tuple[str, str]]:
 
     first = metrics["ttft_ms p50"]
     host = "host given" if validated.get("host_known") else "host unknown"
-    where = (f"{validated['band']} load, {validated['pace']} pace, {host}; {first['levels']} levels, "
+    where = (f"{validated['band']} load, {_pace(validated)}, {host}; {first['levels']} levels, "
              f"{first['configurations']} configs")
     return [("live error band from", where),
             ("live engine vs this answer, p50", f"TTFT {band('ttft_ms p50')}, TPOT {band('tpot_ms p50')}"),
@@ -103,6 +103,15 @@ def _validated_rows(validated: dict | None) -> list[tuple[str, str]]:
             ("left-out configs inside (p50, aim 80%)",
              f"TTFT {held('ttft_ms p50')}, TPOT {held('tpot_ms p50')}"),
             *_slow_edge_rows(validated.get("slo_at_slow_edge"))]
+
+
+def _pace(validated: dict) -> str:
+    """``"gpu pace (decode CPU/GPU 0.13)"``, or for a launch-paced deployment the prompt step's
+    ratio (:func:`latsim.validate.error_band.pace_of`)."""
+    pace = validated["pace"]
+    ratio, step = (validated.get("prompt_ratio"), "prompt step") if pace == "launch" else \
+        (validated.get("host_ratio"), "decode")
+    return f"{pace} pace" if ratio is None else f"{pace} pace ({step} CPU/GPU {ratio:.2f})"
 
 
 def _slow_edge_rows(edge: dict | None) -> list[tuple[str, str]]:
