@@ -172,6 +172,20 @@ def test_host_report_says_how_host_bound_a_prediction_is(monkeypatch, capsys):
     assert slow["tpot_p50_change"] > 0.1 > 0.0 > -0.1 > fast["tpot_p50_change"]
 
 
+def test_host_report_counts_the_launches_of_graph_less_prompt_steps(monkeypatch, capsys):
+    """A mixture of experts' decodes are the GPU's, so few steps are host-bound, but each prompt's
+    step runs without CUDA graphs and waits on the CPU's launch: the table says how much of the
+    step time those launches are, beside the host-bound share."""
+    argv = ["predict", "--model", "qwen3-30b-a3b", "--device", "h200", "--qps", "2", "--num-requests", "40",
+            "--input-len", "1500", "--output-len", "64", "--host-report"]
+    code, table, _ = run(argv, monkeypatch, capsys)
+    row = next(line for line in table.splitlines() if "graph-less launches" in line)
+    assert code == 0 and " steps, " in row and "% of step time" in row
+    code, out, _ = run([*argv, "--json"], monkeypatch, capsys)
+    share = json.loads(out)["host"]["share"]
+    assert share["launches"] >= 40 and share["launch_s"] / share["step_s"] > share["cpu_set_share"]
+
+
 def test_predict_says_how_far_the_live_engine_was_from_such_answers(monkeypatch, capsys):
     """On the calibrated H200 the answer carries the held-out live levels' error band for its
     load and decode pace; elsewhere it says why there is none."""

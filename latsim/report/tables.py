@@ -62,6 +62,10 @@ def system_table(summary: dict, title: str) -> Table:
     if host:
         share = host["share"]
         rows.append(("host-bound (share of step time the CPU sets)", f"{100 * share['cpu_set_share']:.0f}%"))
+        if share.get("launches"):  # graph-less steps launched from Python: CPU time beside the GPU's
+            rows.append(("graph-less launches (CPU, beside the GPU)",
+                         f"{share['launches']:,} steps, {share['launch_s']:,.1f} s "
+                         f"({100 * share['launch_s'] / share['step_s']:.0f}% of step time)"))
         for at in host["speeds"]["at"]:
             rows.append((f"TTFT / TPOT p50 at host speed {at['host_speed']:g}",
                          f"{_pct(at['ttft_p50_change'])} / {_pct(at['tpot_p50_change'])}"))
