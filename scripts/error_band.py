@@ -6,8 +6,9 @@
 Replays every Poisson level under ROOT (default ``data/validation``) measured at TP=1, less the
 levels the fits saw (``--fit``, a regular expression searched in the level's path) and the
 client-bound ones, at the default host speed (``latsim validate``'s replay,
-:func:`latsim.validate.compare.compare_run`), and prints, per load band, decode pace (the
-replay's :func:`latsim.sim.host_report.decode_host_ratio`) and metric, the count, the median
+:func:`latsim.validate.compare.compare_run`), and prints, per load band, pace (the replay's
+:func:`latsim.validate.error_band.pace_of`: its decode step's host/GPU ratio, or the launch pace
+of a prompt step whose launch outlasts its kernels) and metric, the count, the median
 signed error and the band meant to hold 80 % of a new configuration's errors, with the quantile
 it was cut at and the share of a left-out configuration's levels inside it
 (:mod:`latsim.validate.error_band`), as a markdown table; then the same for the levels that
@@ -84,7 +85,7 @@ def held_out_levels(root: Path, device: str, fit: str) -> list[Path]:
 
 def sentinels(levels: list, table) -> dict[str, dict[str, float]]:
     """``{level path: {"ttft_ms p50": predicted, ...}}`` for the first level of each load band and
-    decode pace (:func:`latsim.validate.error_band.banded` of ``table``), so that a change to the
+    pace (:func:`latsim.validate.error_band.banded` of ``table``), so that a change to the
     model in any of them shows."""
     cells = banded(table).drop_duplicates(["band", "pace"])
     by_run = {lv.run_dir: lv for lv in levels}
@@ -143,7 +144,7 @@ def holdout_check(errors: pd.DataFrame, pattern: str, device: str) -> str:
 
 def replay(paths: list[Path], device: str, host_speed: float | str) -> tuple[list, pd.DataFrame]:
     """Each level replayed at ``host_speed`` (a number, or ``"probe"``), and their error table with
-    each level's decode pace (``host_ratio``) on its replay's host."""
+    each level's pace ratios (``host_ratio``, ``prompt_ratio``) on its replay's host."""
     levels = []
     for k, path in enumerate(paths, 1):
         levels.append(compare_run(path, device, host_speed=host_speed))
