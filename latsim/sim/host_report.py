@@ -184,12 +184,7 @@ def decode_host_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
     token rates): the batch is the requests in flight per replica (Little's law: throughput x mean
     E2E, at most ``max_num_seqs``), each at its prompt plus half its output of context.  ``None``
     when the run completed nothing, or the deployment's cost model has no host terms."""
-    point = _operating_point(deployment, summary)
-    if point is None:
-        return None
-    seqs = point.seqs
-    gpu, host = point.cost_model.parts(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * point.context)))
-    return host / gpu if gpu > 0.0 else None
+    return pace_ratios(deployment, summary)[0]
 
 
 def prompt_launch_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
@@ -200,9 +195,24 @@ def prompt_launch_ratio(deployment: Any, summary: dict[str, Any]) -> float | Non
     kernels layer by layer), else its host work; above 1 the CPU paces the prompts' steps, as for a
     mixture of experts, whose few active weights make a prompt's kernels short beside the launch of
     its many layers.  ``None`` as for :func:`decode_host_ratio`."""
+    return pace_ratios(deployment, summary)[1]
+
+
+def pace_ratios(deployment: Any, summary: dict[str, Any]) -> tuple[float | None, float | None]:
+    """``(decode_host_ratio, prompt_launch_ratio)`` of a prediction, from one operating point."""
     point = _operating_point(deployment, summary)
     if point is None:
-        return None
+        return None, None
+    return _decode_ratio(point), _prompt_ratio(point)
+
+
+def _decode_ratio(point: _OperatingPoint) -> float | None:
+    seqs = point.seqs
+    gpu, host = point.cost_model.parts(BatchShape(decode_seqs=seqs, decode_kv_tokens=round(seqs * point.context)))
+    return host / gpu if gpu > 0.0 else None
+
+
+def _prompt_ratio(point: _OperatingPoint) -> float | None:
     chunk = max(1, round(min(point.prompt, point.token_budget or point.prompt)))
     decodes = point.seqs - 1
     batch = BatchShape(prefill_tokens=chunk, prefill_seqs=1, prefill_attn_pairs=chunk * (chunk + 1) / 2,

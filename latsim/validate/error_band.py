@@ -313,14 +313,14 @@ def for_prediction(deployment: Any, summary: dict[str, Any], band: ErrorBand | N
     scheduling; a host speed other than 1 is taken as measured, ``latsim host-speed``) and its
     summary (cost model, saturation, the pace of :func:`pace_of`), against its GPU's shipped band
     by default."""
-    from latsim.sim.host_report import decode_host_ratio, prompt_launch_ratio
+    from latsim.sim.host_report import pace_ratios
 
     engine = deployment.engine
+    decode, prompt = pace_ratios(deployment, summary)
     kind = _kind(deployment, str(summary.get("cost_model")))
     return validated_error(band or shipped_band(deployment.device.name), **kind,
                            saturation=summary.get("saturation"),
-                           host_ratio=decode_host_ratio(deployment, summary),
-                           prompt_ratio=prompt_launch_ratio(deployment, summary), host_known=engine.host_speed != 1.0)
+                           host_ratio=decode, prompt_ratio=prompt, host_known=engine.host_speed != 1.0)
 
 
 def deployment_why(deployment: Any, cost_model: str, band: ErrorBand | None = None) -> str:
@@ -412,15 +412,14 @@ def with_host_ratios(table: pd.DataFrame, levels: list[Any], band: ErrorBand | N
     replay simulated; none (so no cell of the band) for a level of a kind ``band`` (default: its
     GPU's shipped one) does not describe (:func:`deployment_why`: another TP, replicas,
     scheduling)."""
-    from latsim.sim.host_report import decode_host_ratio, prompt_launch_ratio
+    from latsim.sim.host_report import pace_ratios
 
     ratios, prompts = {}, {}
     for lv in levels:
         if load_fraction(lv.level) is None:
             continue
         if not deployment_why(lv.deployment, str(lv.predicted.get("cost_model")), band):
-            ratios[lv.run_dir] = decode_host_ratio(lv.deployment, lv.predicted)
-            prompts[lv.run_dir] = prompt_launch_ratio(lv.deployment, lv.predicted)
+            ratios[lv.run_dir], prompts[lv.run_dir] = pace_ratios(lv.deployment, lv.predicted)
     return table.assign(host_ratio=table["run"].map(ratios), prompt_ratio=table["run"].map(prompts))
 
 
