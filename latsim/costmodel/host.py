@@ -151,7 +151,8 @@ class HostOverlapCostModel:
         self.tflop_per_token: float = getattr(inner, "tflop_per_token", 0.0)
         """The inner model's tensor work per token (:mod:`latsim.costmodel.power`)."""
         self._scale, self._step_s, self._seq_s = host.gpu_scale, host.step_s, host.seq_s
-        self._eager_s = host.eager_layer_s * layers + host.eager_moe_layer_s * moe_layers
+        self._eager_moe_s = host.eager_moe_layer_s * moe_layers
+        self._eager_s = host.eager_layer_s * layers + self._eager_moe_s
         launch = host.launch_layer_s * layers + host.launch_moe_layer_s * moe_layers if asynchronous else 0.0
         graphs = graph_tokens is not None and (self._eager_s > 0.0 or launch > 0.0)
         self._graph_tokens = graph_tokens if graphs else None
@@ -198,7 +199,7 @@ class HostOverlapCostModel:
         if gpu <= 0.0:
             return 0.0
         if self._graph_tokens is not None and batch.num_tokens > self._graph_tokens:
-            gpu += self._eager_s
+            gpu += self.eager_wait_s(gpu)
         host = self._host_s(batch.num_seqs)
         if self.asynchronous:
             return gpu if gpu > host else host
@@ -219,7 +220,19 @@ class HostOverlapCostModel:
         step run without CUDA graphs, 0.0 for a graph step or an empty one."""
         if self._graph_tokens is None or batch.num_tokens <= self._graph_tokens:
             return 0.0
-        return self._eager_s
+        return self.eager_wait_s(self.kernel_s(batch))
+
+    def eager_wait_s(self, kernel_s: float) -> float:
+        """The eager terms of a graph-less step whose kernels take ``kernel_s``: the dense layers'
+        in full (``eager_layer_s``: it stands in for the GPU's clock under load as much as for a
+        wait, ``docs/step-time-model.md``), the MoE layers' only while the CPU's launch is ahead of
+        the kernels (``eager_moe_layer_s``, the GPU waiting for the Python-level routing, alignment
+        and expert calls, never past the launch's end; in full without a launch term): a long
+        prompt's expert kernels outlast the launch and wait for nothing."""
+        if self._launch <= 0.0 or self._eager_moe_s <= 0.0:
+            return self._eager_s
+        dense = self._eager_s - self._eager_moe_s
+        return dense + min(self._eager_moe_s, max(0.0, self._launch - kernel_s))
 
     def parts(self, batch: BatchShape) -> tuple[float, float]:
         """``(GPU seconds, host seconds)`` of one step: :meth:`step_time` is their ``max`` when
@@ -237,7 +250,11 @@ class HostOverlapCostModel:
         if seqs == 0:
             return gpu
         if self._graph_tokens is not None and seqs > self._graph_tokens:
-            gpu = gpu + self._eager_s
+            if self._launch > 0.0 and self._eager_moe_s > 0.0:  # eager_wait_s, element by element
+                dense = self._eager_s - self._eager_moe_s
+                gpu = gpu + (dense + np.minimum(self._eager_moe_s, np.maximum(0.0, self._launch - gpu)))
+            else:
+                gpu = gpu + self._eager_s
         host = self._host_s(seqs)
         out: npt.NDArray[np.float64] = np.maximum(gpu, host) if self.asynchronous else gpu + host
         return out

@@ -107,3 +107,26 @@ def test_only_a_mixture_of_experts_prices_padded_graph_tokens(models: dict[str, 
     assert moe.moe_pad_s(8, 8) == 0.0 and moe.moe_pad_s(0, 8) == 0.0
     assert 0.0 < moe.moe_pad_s(5, 8) < moe.moe_pad_s(5, 16)
     assert moe.moe_pad_s(5, 8) < moe.step_time(BatchShape(decode_seqs=8, decode_kv_tokens=8000))
+
+
+def test_a_measured_expert_shape_is_priced_at_its_own_rows() -> None:
+    """On the profile's own GPU, an expert shape the profile timed is priced at its rows (log-log
+    between measured token counts, never a step of the regressor's trees between them); another
+    GPU keeps the regressor's transfer."""
+    import pandas as pd
+
+    folder = Path(__file__).resolve().parents[2] / "latsim" / "data" / "calibration" / "h200"
+    p = load_predictors(folder)
+    shape = (128, 8, 2048, 768)  # Qwen3-30B-A3B's experts, in the shipped H200 grid
+    rows = pd.read_parquet(folder / "moe.parquet")
+    rows = rows[(rows.experts == 128) & (rows.top_k == 8) & (rows.hidden == 2048) & (rows.inter == 768)
+                & (rows.status == "ok")].sort_values("tokens")
+    tokens = rows["tokens"].to_numpy(dtype=np.float64)
+    h200 = load_device("h200")
+    np.testing.assert_allclose(p.moe_s(tokens, shape, h200, 2.0), rows["median_s"].to_numpy(), rtol=1e-9)
+    between = np.sqrt(tokens[:-1] * tokens[1:])
+    priced = p.moe_s(between, shape, h200, 2.0)
+    low, high = rows["median_s"].to_numpy()[:-1], rows["median_s"].to_numpy()[1:]
+    assert np.all((priced >= np.minimum(low, high) - 1e-12) & (priced <= np.maximum(low, high) + 1e-12))
+    a100 = p.moe_s(tokens, shape, load_device("a100"), 2.0)
+    assert not np.allclose(a100, rows["median_s"].to_numpy(), rtol=0.05)  # the transfer, not the H200's rows

@@ -157,3 +157,24 @@ def test_reference_probe_is_shipped_with_the_terms() -> None:
     assert 0.5e-3 < reference_probe_s() < 5e-3
     with pytest.raises(ValueError, match="host_reference_probe_s"):
         reference_probe_s("vllm-0.1")
+
+
+def test_the_moe_eager_wait_never_outlasts_the_launch() -> None:
+    """A graph-less MoE step's eager MoE term is the GPU waiting for the Python-level expert calls:
+    in full while the launch is ahead of the kernels, only what is left of the launch near it, none
+    once the kernels outlast it (a long prompt's chunk: traced, no gap); the dense term stays."""
+    host = HostOverhead(step_s=2e-4, seq_s=1e-6, frontend_s=0.0, gpu_scale=1.0, eager_layer_s=1e-4,
+                        eager_moe_layer_s=3e-4, launch_layer_s=5e-4, launch_moe_layer_s=8e-4)
+    cost = HostOverlapCostModel(LinearGpu(), host, layers=48, moe_layers=48, graph_tokens=512)
+    launch, dense, moe = 48 * (5e-4 + 8e-4), 48 * 1e-4, 48 * 3e-4
+    short = BatchShape(prefill_tokens=600, prefill_seqs=1)  # kernels 7 ms, the launch 62.4 ms
+    near = BatchShape(prefill_tokens=6000, prefill_seqs=1)  # kernels 61 ms: 1.4 ms of launch left
+    long = BatchShape(prefill_tokens=8000, prefill_seqs=1)  # kernels 81 ms
+    assert cost.step_time(short) == pytest.approx(1e-3 + 600e-5 + dense + moe)
+    assert cost.step_time(near) == pytest.approx(1e-3 + 6000e-5 + dense + (launch - (1e-3 + 6000e-5)))
+    assert cost.step_time(long) == pytest.approx(1e-3 + 8000e-5 + dense)
+    sync = HostOverlapCostModel(LinearGpu(), host, layers=48, moe_layers=48, graph_tokens=512, asynchronous=False)
+    assert sync.eager_s(long) == pytest.approx(dense + moe)  # no launch term: the eager terms in full
+    for seqs in (600, 6000, 8000):  # decode runs price graph-less decodes the same way
+        run = cost.decode_run(seqs, seqs * 10, 2)
+        assert run.tolist() == [cost.step_time(BatchShape(decode_seqs=seqs, decode_kv_tokens=seqs * 10))] * 2
