@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from latsim.validate.error_band import PACE_NAMES
+
 METRICS = ("ttft_ms p50", "ttft_ms p99", "tpot_ms p50", "tpot_ms p99", "e2e_ms p50")
 HEADER = ("| host speed | load | pace | levels (configurations) | TTFT p50 | TTFT p99 | TPOT p50 | "
           "TPOT p99 | E2E p50 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -32,7 +34,7 @@ def rows(doc: dict[str, Any]) -> list[str]:
     out = []
     for speed, key in (("unknown (1)", "bands"), ("given", "known_host")):
         for load in ("light", "heavy"):
-            for pace in ("gpu", "mixed", "launch", "host"):
+            for pace in PACE_NAMES:
                 cell = doc[key].get(load, {}).get(pace)
                 if not cell:
                     continue

@@ -151,8 +151,9 @@ class HostOverlapCostModel:
         self.tflop_per_token: float = getattr(inner, "tflop_per_token", 0.0)
         """The inner model's tensor work per token (:mod:`latsim.costmodel.power`)."""
         self._scale, self._step_s, self._seq_s = host.gpu_scale, host.step_s, host.seq_s
+        self._eager_dense_s = host.eager_layer_s * layers
         self._eager_moe_s = host.eager_moe_layer_s * moe_layers
-        self._eager_s = host.eager_layer_s * layers + self._eager_moe_s
+        self._eager_s = self._eager_dense_s + self._eager_moe_s
         launch = host.launch_layer_s * layers + host.launch_moe_layer_s * moe_layers if asynchronous else 0.0
         graphs = graph_tokens is not None and (self._eager_s > 0.0 or launch > 0.0)
         self._graph_tokens = graph_tokens if graphs else None
@@ -231,8 +232,7 @@ class HostOverlapCostModel:
         prompt's expert kernels outlast the launch and wait for nothing."""
         if self._launch <= 0.0 or self._eager_moe_s <= 0.0:
             return self._eager_s
-        dense = self._eager_s - self._eager_moe_s
-        return dense + min(self._eager_moe_s, max(0.0, self._launch - kernel_s))
+        return self._eager_dense_s + min(self._eager_moe_s, max(0.0, self._launch - kernel_s))
 
     def parts(self, batch: BatchShape) -> tuple[float, float]:
         """``(GPU seconds, host seconds)`` of one step: :meth:`step_time` is their ``max`` when
@@ -251,8 +251,7 @@ class HostOverlapCostModel:
             return gpu
         if self._graph_tokens is not None and seqs > self._graph_tokens:
             if self._launch > 0.0 and self._eager_moe_s > 0.0:  # eager_wait_s, element by element
-                dense = self._eager_s - self._eager_moe_s
-                gpu = gpu + (dense + np.minimum(self._eager_moe_s, np.maximum(0.0, self._launch - gpu)))
+                gpu = gpu + (self._eager_dense_s + np.minimum(self._eager_moe_s, np.maximum(0.0, self._launch - gpu)))
             else:
                 gpu = gpu + self._eager_s
         host = self._host_s(seqs)

@@ -184,7 +184,8 @@ def decode_host_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
     token rates): the batch is the requests in flight per replica (Little's law: throughput x mean
     E2E, at most ``max_num_seqs``), each at its prompt plus half its output of context.  ``None``
     when the run completed nothing, or the deployment's cost model has no host terms."""
-    return pace_ratios(deployment, summary)[0]
+    point = _operating_point(deployment, summary)
+    return None if point is None else _decode_ratio(point)
 
 
 def prompt_launch_ratio(deployment: Any, summary: dict[str, Any]) -> float | None:
@@ -195,7 +196,8 @@ def prompt_launch_ratio(deployment: Any, summary: dict[str, Any]) -> float | Non
     kernels layer by layer), else its host work; above 1 the CPU paces the prompts' steps, as for a
     mixture of experts, whose few active weights make a prompt's kernels short beside the launch of
     its many layers.  ``None`` as for :func:`decode_host_ratio`."""
-    return pace_ratios(deployment, summary)[1]
+    point = _operating_point(deployment, summary)
+    return None if point is None else _prompt_ratio(point)
 
 
 def pace_ratios(deployment: Any, summary: dict[str, Any]) -> tuple[float | None, float | None]:
