@@ -158,15 +158,21 @@ class Predictors:
         measured counts: the regressor, fitted over every shape, is piecewise constant between
         them (its trees split somewhere between two measured counts), which priced Qwen3-30B-A3B's
         experts at 1,024-8,192 tokens up to 20 % under its own rows on both Hopper GPUs, where a
-        live engine's traced experts took what the rows say (``data/traces/h100/s50``).  Empty
+        live engine's traced experts took what the rows say (``data/traces/h100/s50``).  The rows
+        lose the timer's floor as the regressor's do (``calibration.fit.without_floor``: the step
+        adds each kernel's launch gap apart).  Empty
         when the profile has no MoE rows or timed another kernel than the engine's."""
         path = self.folder / "moe.parquet"
         if not path.is_file() or not self.moe_matches_engine():
             return {}
         import pandas as pd
 
+        from latsim.calibration.fit import without_floor
+
         rows = pd.read_parquet(path)
         rows = rows[(rows["status"] == "ok") & (rows["median_s"] > 0.0)]
+        rows = without_floor(rows, float(self.report.get("timer_floor_s", 0.0)),
+                             float(self.report.get("graph_gap_s", 0.0)))
         out: dict[tuple[int, int, int, int], tuple[Arr, Arr]] = {}
         for shape, group in rows.groupby(["experts", "top_k", "hidden", "inter"]):
             e, k, h, inter = (int(v) for v in np.asarray(shape, dtype=np.int64))
