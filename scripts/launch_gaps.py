@@ -19,6 +19,13 @@ tail is at most 5 ms (the launch, not the GPU, ended last).
 
 ``--moe RUNS`` measures the same on a mixture-of-experts model whose every layer is MoE (as
 Qwen3-30B-A3B): its pooled per-layer launch less the dense runs' is ``launch_moe_layer_s``.
+``--shared RUNS`` (with ``--moe`` runs of the same machine, engines started back to back) measures
+an all-MoE model whose layers also carry a shared expert (as Qwen1.5-MoE-A2.7B): vLLM runs the
+shared expert's MLP and gate eagerly inside the MoE op, on the CPU of every graph-less layer.
+Its per-layer launch over the ``--moe`` model's, less one, times the host-terms file's MoE layer
+(``launch_layer_s + launch_moe_layer_s``) is ``launch_shared_layer_s``: a ratio of two launches
+on one host, so a machine whose launches run slower or faster than its probe says moves both
+alike (the fifty-first session's H100 ran its launches 12-15 % slower than its probe's speed).
 ``--sigma RUNS`` gives the levels whose spread is ``launch_sigma`` (their mean): those where a
 held gap is one launch alone.  ``--write`` puts the pooled dense per-layer launch
 (``launch_layer_s``), tail (``launch_tail_s``) and, when asked for, ``launch_moe_layer_s`` and
@@ -54,7 +61,8 @@ OUTPUT_CHUNK = 128  # vLLM's AsyncLLM processes a step's outputs 128 at a time
 CHUNK_GAP_S = 3e-3
 LAUNCH_BOUND_TAIL_S = 5e-3
 Z90 = 2.563  # z(0.9) - z(0.1)
-DECIMALS = {"launch_layer_s": 6, "launch_moe_layer_s": 6, "launch_tail_s": 5, "launch_sigma": 2}
+DECIMALS = {"launch_layer_s": 6, "launch_moe_layer_s": 6, "launch_shared_layer_s": 6, "launch_tail_s": 5,
+            "launch_sigma": 2}
 """Decimal places each written term keeps: the precision printed (the spread's third digit
 differs between the levels it averages)."""
 CPU_TERMS = ("launch_layer_s", "launch_moe_layer_s")
@@ -190,6 +198,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path, help="dense runs of one layer count")
     ap.add_argument("--moe", nargs="+", type=Path, default=[], help="runs of an all-MoE model")
+    ap.add_argument("--shared", nargs="+", type=Path, default=[],
+                    help="runs of an all-MoE model with a shared expert (needs --moe runs of the same machine)")
+    ap.add_argument("--terms", nargs="+", choices=sorted(DECIMALS),
+                    help="write only these of the measured terms (default: all of them)")
     ap.add_argument("--sigma", nargs="+", type=Path, default=[], help="levels whose mean spread is launch_sigma")
     ap.add_argument("--yaml", type=Path, default=host_write.shipped_path(), help="the host-terms file")
     ap.add_argument("--step-s", type=float, help="host seconds per step (default: --yaml's calibrated entry)")
@@ -202,9 +214,11 @@ def main() -> None:
         check_host_speed(args.host_speed)
     except ValueError as exc:
         ap.error(str(exc))
+    if args.shared and not args.moe:
+        ap.error("--shared needs --moe runs of the same machine (the shared expert is measured against them)")
     step_s, seq_s = args.step_s, args.seq_s
+    calibrated = read_host_terms(args.yaml, "calibrated")
     if step_s is None or seq_s is None:
-        calibrated = read_host_terms(args.yaml, "calibrated")
         step_s = calibrated.step_s if step_s is None else step_s
         seq_s = calibrated.seq_s if seq_s is None else seq_s
     step_s, seq_s = step_s / args.host_speed, seq_s / args.host_speed  # the host work on the runs' host
@@ -215,6 +229,14 @@ def main() -> None:
         results["moe"], _ = measure("moe", args.moe, step_s, seq_s)
         terms["launch_moe_layer_s"] = results["moe"]["per_layer_s"] - dense["per_layer_s"]
         print(f"launch_moe_layer_s {terms['launch_moe_layer_s'] * 1e3:.3f} ms")
+    if args.shared:
+        results["shared"], _ = measure("shared", args.shared, step_s, seq_s)
+        ratio = results["shared"]["per_layer_s"] / results["moe"]["per_layer_s"]
+        moe_layer = calibrated.launch_layer_s + calibrated.launch_moe_layer_s  # reference host's seconds
+        terms["launch_shared_layer_s"] = (ratio - 1.0) * moe_layer
+        results["shared_over_moe"] = ratio
+        print(f"shared / moe per-layer launch {ratio:.3f}; launch_shared_layer_s "
+              f"{terms['launch_shared_layer_s'] * 1e3:.3f} ms (of the file's MoE layer {moe_layer * 1e3:.3f} ms)")
     if args.sigma:
         sigmas = [stats(*gaps(run)[:3], 1, step_s, seq_s)["sigma"] for run in args.sigma]
         terms["launch_sigma"] = float(np.mean(sigmas))
@@ -223,6 +245,11 @@ def main() -> None:
     for name in CPU_TERMS:
         if name in terms:
             terms[name] *= args.host_speed  # CPU seconds on the reference host
+    if args.terms:
+        terms = {k: v for k, v in terms.items() if k in args.terms}
+        missing = sorted(set(args.terms) - set(terms))
+        if missing:
+            ap.error(f"--terms {' '.join(missing)}: not measured by these arguments")
     if args.write:
         write(args, terms, results, step_s, seq_s)
 
@@ -230,6 +257,7 @@ def main() -> None:
 def write(args: argparse.Namespace, terms: dict[str, float], results: dict, step_s: float, seq_s: float) -> None:
     """Write ``terms`` (rounded to :data:`DECIMALS`) and their provenance into ``args.yaml``."""
     inputs = {"runs": run_inputs(args.runs), "moe_runs": run_inputs(args.moe), "sigma_runs": run_inputs(args.sigma),
+              **({"shared_runs": run_inputs(args.shared)} if args.shared else {}),
               "host": {"step_s": step_s, "seq_s": seq_s}, "host_speed": args.host_speed,
               "decimals": {k: DECIMALS[k] for k in terms}}
     results = significant({**results, **{f"{k}_unrounded": v for k, v in terms.items()}}, 6)

@@ -90,8 +90,9 @@ def build_cost_model(model: ModelSpec, device: DeviceSpec, tp: int = 1, weight_d
     gpu = gpu or gpu_cost_model(model, device, tp, weight_dtype, kv_dtype, kind)
     host = (host or NO_HOST).at_speed(host_speed)
     coreads = coreads_for(device, model, tp, kv_dtype)
+    shared = model.num_moe_layers if model.shared_expert_intermediate_size else 0
     return HostOverlapCostModel(gpu, host, asynchronous, layers=model.num_layers, moe_layers=model.num_moe_layers,
-                                graph_tokens=graph_tokens, coreads=coreads)
+                                shared_layers=shared, graph_tokens=graph_tokens, coreads=coreads)
 
 
 _CACHE: dict[tuple[object, ...], StepPricer] = {}

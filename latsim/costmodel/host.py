@@ -21,8 +21,8 @@ costs about twice its GEMM time).  It is not kernel time (profiled graph-less st
 their kernels without it): the GPU waits for the Python launches inside the step, so it is
 CPU time and scales with the host's speed like the other CPU terms.  Under asynchronous
 scheduling the launch of such a step also holds back the outputs of the step before it: the step's host time, then
-``launch_layer_s`` per layer (and ``launch_moe_layer_s`` more per MoE layer) of CPU time, the
-next step decided only once it ends, the step ending ``launch_tail_s`` after it at the
+``launch_layer_s`` per layer (and ``launch_moe_layer_s`` more per MoE layer, ``launch_shared_layer_s``
+more again per MoE layer with a shared expert) of CPU time, the next step decided only once it ends, the step ending ``launch_tail_s`` after it at the
 earliest (:mod:`latsim.engines.vllm.launch` applies it; the cost model only prices it).
 
 :class:`HostOverlapCostModel` wraps a GPU-only cost model (one built with zero step overhead)
@@ -59,6 +59,7 @@ class HostOverhead:
     eager_moe_layer_s: float = 0.0
     launch_layer_s: float = 0.0
     launch_moe_layer_s: float = 0.0
+    launch_shared_layer_s: float = 0.0
     launch_tail_s: float = 0.0
     launch_sigma: float = 0.0
     output_seq_s: float = 0.0
@@ -82,8 +83,8 @@ class HostOverhead:
         return replace(self, source=f"{self.source} at host speed {speed:g}", **scaled)
 
 
-SPEED_FIELDS = ("step_s", "seq_s", "frontend_s", "launch_layer_s", "launch_moe_layer_s", "output_seq_s",
-                "eager_layer_s", "eager_moe_layer_s")
+SPEED_FIELDS = ("step_s", "seq_s", "frontend_s", "launch_layer_s", "launch_moe_layer_s", "launch_shared_layer_s",
+                "output_seq_s", "eager_layer_s", "eager_moe_layer_s")
 """The terms that are the engine's CPU time, and so scale with the host's CPU speed (the eager
 terms since the twentieth session: the launch-bound wait inside a graph-less step)."""
 HOST_SPEED_RANGE = (0.1, 10.0)
@@ -128,15 +129,16 @@ def padded_graph_size(tokens: int, limit: int) -> int:
 class HostOverlapCostModel:
     """``inner`` (GPU time) combined with host time: ``max`` when asynchronous, sum when not.
 
-    ``layers``, ``moe_layers`` and ``graph_tokens`` (the engine's CUDA-graph limit; ``None``: every
-    step replays a graph) price steps run without CUDA graphs.  A step within the limit replays
+    ``layers``, ``moe_layers``, ``shared_layers`` (MoE layers with a shared expert) and
+    ``graph_tokens`` (the engine's CUDA-graph limit; ``None``: every step replays a graph) price
+    steps run without CUDA graphs.  A step within the limit replays
     the graph of :func:`padded_graph_size`; where the inner model prices padding (``moe_pad_s``:
     a mixture of experts routes the padded tokens too) it is added to the step's GPU time.
     ``decode_run`` applies the same float operations as ``step_time`` element for element.
     """
 
     def __init__(self, inner: StepPricer, host: HostOverhead, asynchronous: bool = True, *,
-                 layers: int = 0, moe_layers: int = 0, graph_tokens: int | None = None,
+                 layers: int = 0, moe_layers: int = 0, shared_layers: int = 0, graph_tokens: int | None = None,
                  coreads: BoundCoReads | None = None) -> None:
         self.inner = inner
         self.host = host
@@ -154,7 +156,8 @@ class HostOverlapCostModel:
         self._eager_dense_s = host.eager_layer_s * layers
         self._eager_moe_s = host.eager_moe_layer_s * moe_layers
         self._eager_s = self._eager_dense_s + self._eager_moe_s
-        launch = host.launch_layer_s * layers + host.launch_moe_layer_s * moe_layers if asynchronous else 0.0
+        launch = (host.launch_layer_s * layers + host.launch_moe_layer_s * moe_layers
+                  + host.launch_shared_layer_s * shared_layers) if asynchronous else 0.0
         graphs = graph_tokens is not None and (self._eager_s > 0.0 or launch > 0.0)
         self._graph_tokens = graph_tokens if graphs else None
         self._launch = launch if graphs else 0.0

@@ -178,3 +178,34 @@ def test_the_moe_eager_wait_never_outlasts_the_launch() -> None:
     for seqs in (600, 6000, 8000):  # decode runs price graph-less decodes the same way
         run = cost.decode_run(seqs, seqs * 10, 2)
         assert run.tolist() == [cost.step_time(BatchShape(decode_seqs=seqs, decode_kv_tokens=seqs * 10))] * 2
+
+
+def test_a_shared_expert_lengthens_a_graph_less_launch_only() -> None:
+    """vLLM runs a shared expert's MLP and gate eagerly inside the MoE op: each MoE layer with one
+    adds ``launch_shared_layer_s`` to a graph-less step's launch (at the host's speed), nothing to a
+    step that replays a CUDA graph or to a model without shared experts."""
+    host = HostOverhead(step_s=2e-4, seq_s=0.0, frontend_s=0.0, launch_layer_s=5e-4, launch_moe_layer_s=8e-4,
+                        launch_shared_layer_s=6e-4)
+    plain = HostOverlapCostModel(LinearGpu(), host, layers=24, moe_layers=24, graph_tokens=512)
+    shared = HostOverlapCostModel(LinearGpu(), host, layers=24, moe_layers=24, shared_layers=24, graph_tokens=512)
+    prompt, graph = BatchShape(prefill_tokens=1024, prefill_seqs=1), BatchShape(prefill_tokens=256, prefill_seqs=1)
+    assert shared.launch_s(prompt) - plain.launch_s(prompt) == pytest.approx(24 * 6e-4)
+    assert shared.launch_s(graph) == plain.launch_s(graph) == 0.0
+    half = HostOverlapCostModel(LinearGpu(), host.at_speed(2.0), layers=24, moe_layers=24, shared_layers=24,
+                                graph_tokens=512)
+    assert half.launch_s(prompt) == pytest.approx(shared.launch_s(prompt) / 2)
+
+
+def test_the_factory_counts_shared_expert_layers_from_the_model() -> None:
+    from latsim.costmodel.factory import build_cost_model
+
+    host = HostOverhead(step_s=0.0, seq_s=0.0, frontend_s=0.0, launch_layer_s=1e-4, launch_moe_layer_s=1e-4,
+                        launch_shared_layer_s=1e-3)
+    prompt = BatchShape(prefill_tokens=2048, prefill_seqs=1)
+    launches = {}
+    for name in ("qwen1.5-moe-a2.7b", "qwen3-30b-a3b"):
+        model = load_model(name)
+        cost = build_cost_model(model, load_device("h100"), host=host, graph_tokens=512, kind="roofline")
+        launches[name] = cost.launch_s(prompt) / model.num_layers
+    assert launches["qwen1.5-moe-a2.7b"] == pytest.approx(1.2e-3)  # 24 layers, each with a shared expert
+    assert launches["qwen3-30b-a3b"] == pytest.approx(2e-4)

@@ -144,6 +144,37 @@ def test_launch_gaps_writes_the_four_launch_terms(tmp_path: Path, hostfile: Path
     assert (slow.launch_tail_s, slow.launch_sigma) == (calibrated.launch_tail_s, calibrated.launch_sigma)
 
 
+def test_launch_gaps_writes_the_shared_expert_term_alone(tmp_path: Path, hostfile: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``--shared``: the shared-expert model's per-layer launch over the MoE model's of the same
+    machine, less one, times the file's MoE layer; ``--terms`` writes it and leaves the others."""
+    dense = launch_run(tmp_path / "dense", 32, [0.020, 0.022, 0.024], 3e-3)
+    moe = launch_run(tmp_path / "moe", 48, [0.060, 0.062, 0.064], 4e-3)
+    shared = launch_run(tmp_path / "shared", 24, [0.048, 0.050, 0.052], 4e-3)
+    before = read_host_terms(hostfile, "calibrated")
+    argv = [str(dense), "--moe", str(moe), "--shared", str(shared), "--step-s", "1e-3", "--seq-s", "1e-5",
+            "--terms", "launch_shared_layer_s", "--write", "--yaml", str(hostfile)]
+    run_script("launch_gaps.py", argv, monkeypatch)
+    host = 1e-3 + 1e-5 * 2
+    ratio = ((0.050 - host) / 24) / ((0.062 - host) / 48)
+    after = read_host_terms(hostfile, "calibrated")
+    moe_layer = before.launch_layer_s + before.launch_moe_layer_s
+    assert after.launch_shared_layer_s == round((ratio - 1.0) * moe_layer, 6) > 0.0
+    assert (after.launch_layer_s, after.launch_moe_layer_s, after.launch_tail_s) == (
+        before.launch_layer_s, before.launch_moe_layer_s, before.launch_tail_s)
+    rec = engine(hostfile)["calibrated"]["provenance"]["launch_gaps"]
+    assert rec["terms"] == ["launch_shared_layer_s"]
+    assert rec["inputs"]["shared_runs"] == {shared.as_posix(): run_digest(shared)}
+    assert "launch_layer_s" in rec["earlier"]["terms"]  # the earlier record of the other terms is kept
+    capsys.readouterr()
+    for bad, says in ((["--shared", str(shared)], "--shared needs --moe runs"),
+                      (["--terms", "launch_shared_layer_s"], "--terms launch_shared_layer_s: not measured")):
+        with pytest.raises(SystemExit) as exc:
+            run_script("launch_gaps.py", [str(dense), *bad], monkeypatch)
+        assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
 def poisson_run(root: Path, rng: np.random.Generator) -> Path:
     """A small open-loop level of Llama-3.2-1B: first token 40 ms after sending, then 8 ms per token."""
     config = json.loads((CATALOG / "models" / "llama-3.2-1b.json").read_text())

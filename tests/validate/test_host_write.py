@@ -33,11 +33,14 @@ def test_the_shipped_file_holds_data_only_with_a_record_per_script() -> None:
     data = yaml.safe_load(text)
     engine = data["engines"][HOST_TERMS_KEY]
     wrote = {("calibrated", "host_steps"): {"step_s", "seq_s"},
-             ("calibrated", "launch_gaps"): {"launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launch_sigma"},
+             ("calibrated", "launch_gaps"): {"launch_layer_s", "launch_moe_layer_s", "launch_tail_s", "launch_sigma",
+                                             "launch_shared_layer_s"},
              ("calibrated", "fit_engine_host"): {"frontend_s", "gpu_scale", "eager_layer_s", "eager_moe_layer_s",
                                                  "launch_moe_layer_s"},
              # the CPU terms of the day it ran (the eager terms counted as GPU time until the twentieth session)
-             ("calibrated", "host_reference"): set(SPEED_FIELDS) - {"eager_layer_s", "eager_moe_layer_s"},
+             # and before the shared expert's launch was measured (fifty-first session)
+             ("calibrated", "host_reference"): set(SPEED_FIELDS) - {"eager_layer_s", "eager_moe_layer_s",
+                                                                    "launch_shared_layer_s"},
              ("roofline", "fit_engine_host"): {"gpu_scale", "eager_layer_s", "eager_moe_layer_s"}}
     for (entry, script), terms in wrote.items():
         rec = engine[entry]["provenance"][script]
