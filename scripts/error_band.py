@@ -61,8 +61,9 @@ from latsim.validate.error_band import (
     with_host_ratios,
 )
 
-FIT = r"h200-probed-b/llama-3\.1-8b-|h100-s48/qwen3-30b-a3b-"
-"""The levels the shipped fits saw (``scripts/fit_engine_host.py``'s training runs)."""
+FIT = r"h200-probed-b/llama-3\.1-8b-|h100-s48/qwen3-30b-a3b-|h100-s51/(qwen3-30b-a3b|qwen1\.5-moe-a2\.7b)-"
+"""The levels the shipped fits saw (``scripts/fit_engine_host.py``'s training runs, and the
+shared-expert launch's, ``scripts/launch_gaps.py --shared``)."""
 ENGINE = "vllm-0.25.1"
 
 
