@@ -150,15 +150,17 @@ def bnb_gemm_s(p: Predictors, g: StepGemm, t: Arr, device: DeviceSpec) -> Arr:
     return np.where(t <= limit, own, dequant + p.gemm_s(t, g.k, g.n, device, "bf16", 2.0))
 
 
-def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr) -> tuple[Arr, list[str]]:
-    """Seconds of every T-dependent operator at ``t`` tokens, and notes on fallbacks."""
+def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr,
+              experts: Arr | None = None) -> tuple[Arr, list[str]]:
+    """Seconds of every T-dependent operator at ``t`` tokens, and notes on fallbacks; ``experts``:
+    the routed experts' part already priced (:func:`moe_experts_s`), else priced here."""
     notes: list[str] = []
     total = np.zeros_like(t)
     for g in step_gemms(s):
         gemm = bnb_gemm_s(p, g, t, device) if g.bnb else p.gemm_s(t, g.k, g.n, device, g.dtype, g.weight_bytes,
                                                                   w4a16=g.w4a16)
         total = total + g.layers * gemm
-    total = total + moe_experts_s(p, s, device, t)
+    total = total + (moe_experts_s(p, s, device, t) if experts is None else experts)
     forms = {f.name: f for f in op_forms(s)}
     for name in ("embed", "rope", "kv_write", "norm") + (("act_quant",) if s.act_quant != "none" else ()):
         total = total + _memory_op(p, forms[name], t, device)
@@ -256,10 +258,11 @@ def build_tables(p: Predictors, s: ShardSpec, device: DeviceSpec, head_dim: int)
     if s.experts and "moe" not in p.boosters:
         raise ValueError(f"{p.folder}: the model is a mixture of experts but the profile has no MoE fit")
     t = np.asarray(T_KNOTS)
-    tok, notes = per_token(p, s, device, t)
+    experts = moe_experts_s(p, s, device, t)
+    tok, notes = per_token(p, s, device, t, experts)
     return StepTables(
         t_knots=list(T_KNOTS), per_token=tok.tolist(),
-        moe_per_token=moe_experts_s(p, s, device, t).tolist() if s.experts and s.moe_layers else [],
+        moe_per_token=experts.tolist() if s.experts and s.moe_layers else [],
         per_sample=per_sample(p, s, device, t).tolist(),
         d_knots=list(D_KNOTS), c_knots=list(C_KNOTS), decode=decode_grid(p, s, device, heads_of(s, head_dim)).tolist(),
         q_knots=list(Q_KNOTS), pc_knots=list(PC_KNOTS),
