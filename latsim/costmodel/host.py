@@ -20,10 +20,12 @@ show it adds rather than overlaps: a 512-token prompt joining a decode batch of 
 costs about twice its GEMM time).  It is not kernel time (profiled graph-less steps add up to
 their kernels without it): the GPU waits for the Python launches inside the step, so it is
 CPU time and scales with the host's speed like the other CPU terms.  Under asynchronous
-scheduling the launch of such a step also holds back the outputs of the step before it: the step's host time, then
-``launch_layer_s`` per layer (and ``launch_moe_layer_s`` more per MoE layer, ``launch_shared_layer_s``
-more again per MoE layer with a shared expert) of CPU time, the next step decided only once it ends, the step ending ``launch_tail_s`` after it at the
-earliest (:mod:`latsim.engines.vllm.launch` applies it; the cost model only prices it).
+scheduling the launch of such a step also holds back the outputs of the step before it: the
+step's host time, then ``launch_layer_s`` per layer (and ``launch_moe_layer_s`` more per MoE
+layer, ``launch_shared_layer_s`` more again per MoE layer with a shared expert, which vLLM runs
+eagerly inside the MoE op) of CPU time, the next step decided only once it ends, the step ending
+``launch_tail_s`` after it at the earliest (:mod:`latsim.engines.vllm.launch` applies it; the
+cost model only prices it).
 
 :class:`HostOverlapCostModel` wraps a GPU-only cost model (one built with zero step overhead)
 and applies these terms.  An engine's fitted parameters ship with the engine (vLLM's:
