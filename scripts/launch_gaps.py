@@ -26,6 +26,8 @@ Its per-layer launch over the ``--moe`` model's, less one, times the host-terms 
 (``launch_layer_s + launch_moe_layer_s``) is ``launch_shared_layer_s``: a ratio of two launches
 on one host, so a machine whose launches run slower or faster than its probe says moves both
 alike (the fifty-first session's H100 ran its launches 12-15 % slower than its probe's speed).
+``--terms NAME ...`` writes only the named terms of those measured (the script's record of the
+others is kept under ``earlier`` in the file).
 ``--sigma RUNS`` gives the levels whose spread is ``launch_sigma`` (their mean): those where a
 held gap is one launch alone.  ``--write`` puts the pooled dense per-layer launch
 (``launch_layer_s``), tail (``launch_tail_s``) and, when asked for, ``launch_moe_layer_s`` and
@@ -46,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from latsim.costmodel.host import check_host_speed
+from latsim.costmodel.host import HostOverhead, check_host_speed
 from latsim.engines.vllm import host_write
 from latsim.engines.vllm.defaults import SERVER_DEFAULTS_LARGE, cudagraph_limit
 from latsim.engines.vllm.engine import default_executor
@@ -189,6 +191,17 @@ def measure(label: str, runs: list[Path], step_s: float, seq_s: float) -> tuple[
     return both, per_run
 
 
+def shared_layer_s(ratio: float, calibrated: HostOverhead) -> float:
+    """``launch_shared_layer_s`` from a shared-expert model's per-layer launch over an MoE model's
+    on one machine (``ratio``): the excess of that ratio times the file's MoE layer
+    (``launch_layer_s + launch_moe_layer_s``, the reference host's seconds)."""
+    moe_layer = calibrated.launch_layer_s + calibrated.launch_moe_layer_s
+    term = (ratio - 1.0) * moe_layer
+    print(f"shared / moe per-layer launch {ratio:.3f}; launch_shared_layer_s {term * 1e3:.3f} ms "
+          f"(of the file's MoE layer {moe_layer * 1e3:.3f} ms)")
+    return term
+
+
 def show(label: str, s: dict[str, float]) -> None:
     print(f"{label:58s} held {s['held']:5d}  launch p50 {s['launch_p50_s'] * 1e3:5.1f} ms, less host "
           f"{s['per_layer_s'] * 1e3:.3f} ms/layer, sigma {s['sigma']:.3f}, tail p50 {s['tail_p50_s'] * 1e3:.2f} ms")
@@ -232,11 +245,8 @@ def main() -> None:
     if args.shared:
         results["shared"], _ = measure("shared", args.shared, step_s, seq_s)
         ratio = results["shared"]["per_layer_s"] / results["moe"]["per_layer_s"]
-        moe_layer = calibrated.launch_layer_s + calibrated.launch_moe_layer_s  # reference host's seconds
-        terms["launch_shared_layer_s"] = (ratio - 1.0) * moe_layer
+        terms["launch_shared_layer_s"] = shared_layer_s(ratio, calibrated)
         results["shared_over_moe"] = ratio
-        print(f"shared / moe per-layer launch {ratio:.3f}; launch_shared_layer_s "
-              f"{terms['launch_shared_layer_s'] * 1e3:.3f} ms (of the file's MoE layer {moe_layer * 1e3:.3f} ms)")
     if args.sigma:
         sigmas = [stats(*gaps(run)[:3], 1, step_s, seq_s)["sigma"] for run in args.sigma]
         terms["launch_sigma"] = float(np.mean(sigmas))
