@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from latsim.calibration.fit import family_roofline, fit_frames, without_floor
+from latsim.calibration.fit import family_roofline, fit_frames
 from latsim.catalog import load_device
+from latsim.costmodel.profile.floor import without_floor
 from latsim.costmodel.profile.regressors import load_predictors
 from latsim.costmodel.profile.store import SHIPPED_DIR, read_json
 

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from latsim import load_device
-from latsim.calibration.fit import without_floor
 from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.profile.floor import without_floor
 from latsim.costmodel.profile.regressors import Predictors, load_predictors
 from latsim.costmodel.profile.tables import read_shard, shard_path
 

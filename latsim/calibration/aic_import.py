@@ -44,8 +44,9 @@ from latsim.calibration import aic_convert as conv
 from latsim.calibration.aic_adjust import faster_than_roofline, less_kv_write
 from latsim.calibration.aic_bias import SAME_CHIP, corrected_gemm, harness_record
 from latsim.calibration.aic_source import SourceDB, load_source, provenance
-from latsim.calibration.fit import fit_family, fit_frames, fit_profile, model_path, without_floor
+from latsim.calibration.fit import fit_family, fit_frames, fit_profile, model_path
 from latsim.catalog.devices import DeviceSpec
+from latsim.costmodel.profile.floor import without_floor
 from latsim.costmodel.profile.store import PROFILE, load_table, read_json, shipped_profile_dir
 from latsim.costmodel.spread import SPREAD_FILE
 

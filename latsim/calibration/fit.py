@@ -9,14 +9,8 @@ is then refitted on every row.  ``fit_report.json`` holds MAPE, median and p90 a
 percentage error of the *time* per family, the train/test sizes and which shapes were held out.
 Overheads and all-reduce tables are fitted by :mod:`latsim.calibration.fit_fixed`.
 
-Timer floor.  A pair of CUDA events around one kernel reads a few microseconds even for an
-empty kernel; inside vLLM's CUDA graphs a tiny kernel costs about one.  The graph benchmark
-measures that floor with the same timer (``graph_base_s``: replay of a graph, intercept over
-kernel counts), so every operator time is fitted as ``max(median - floor, median / 2)`` and the
-cost model adds the per-kernel graph cost separately.  ``fit_report.json`` records the floor.
-Rows timed as graph replays (``timer`` = ``cuda-graph``: :class:`~latsim.calibration.timing.GraphTimer`)
-carry no event floor but the gap between two kernels of a graph, which the cost model adds per
-kernel: they are fitted as ``max(median - graph_per_kernel_s, median / 2)``.
+Timer floor: every row is fitted less the timer's floor (:mod:`latsim.costmodel.profile.floor`);
+``fit_report.json`` records the floor.
 
 A folder holding the spread probe (``skew_grid.json``, :mod:`latsim.calibration.spread_probe`)
 also gets its decode-spread table (``decode_spread.json``, :func:`fit_spread`).
@@ -32,10 +26,10 @@ import pandas as pd
 
 from latsim.calibration import attention, fit_fixed
 from latsim.calibration.spread_probe import SKEW_GRID_FILE
-from latsim.calibration.timing import GraphTimer
 from latsim.calibration.unchanged import save_if_changed, write_json_if_changed
 from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.profile import features
+from latsim.costmodel.profile.floor import without_floor
 from latsim.costmodel.profile.regressors import model_path
 from latsim.costmodel.profile.store import available_families, check_device, load_table, read_profile
 from latsim.costmodel.profile.tables import read_shard, shard_path
@@ -56,7 +50,6 @@ TILES_TABLE = "decode_tiles"
 tile (:func:`~latsim.costmodel.profile.tiles.decode_tiles`); 3,500 rows over a few hundred tokens
 of context would pull the attention regressor's splits to that corner (tried: held-out levels'
 TPOT 5.8 -> 6.6 %)."""
-GRAPH_TIMER = GraphTimer.name
 
 
 def fit_frames(folder: Path, tiles: list[dict[str, Any]] | None = None) -> dict[str, pd.DataFrame]:
@@ -163,15 +156,6 @@ def fit_family(family: str, df: pd.DataFrame, device: DeviceSpec, seed: int = 0,
     fit_pred = roof * np.exp(model.predict(x).astype(np.float64))
     report["train_fit"] = ape_stats(fit_pred, df["median_s"].to_numpy(np.float64))
     return model, report
-
-
-def without_floor(df: pd.DataFrame, floor_s: float, graph_gap_s: float = 0.0) -> pd.DataFrame:
-    """``median_s`` less the timer floor (``graph_gap_s`` for rows replayed in graphs), never below
-    half the measurement (see the module note)."""
-    med = df["median_s"].to_numpy(np.float64)
-    graph = (df["timer"] == GRAPH_TIMER).to_numpy() if "timer" in df else np.zeros(len(df), dtype=bool)
-    less = np.where(graph, graph_gap_s, floor_s)
-    return df.assign(median_s=np.maximum(med - less, 0.5 * med))
 
 
 def fit_spread(folder: Path, out: Path) -> dict[str, Any]:

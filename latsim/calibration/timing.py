@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from latsim.costmodel.profile.floor import GRAPH_TIMER
+
 BACKENDS = ("cuda", "cpu")
 OP_TIMINGS = ("graph", "events")
 """How the per-token operators are timed on a GPU: replayed in CUDA graphs (as vLLM runs them) or
@@ -227,7 +229,7 @@ class CoolTimer(CudaTimer):
 class GraphTimer:
     """CUDA-graph replay timer (see the module note); same contract as :class:`CudaTimer`."""
 
-    name = "cuda-graph"
+    name = GRAPH_TIMER
 
     def __init__(self, torch: Any, settings: TimerSettings | None = None) -> None:
         self.torch = torch

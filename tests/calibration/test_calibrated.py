@@ -115,7 +115,7 @@ def test_a_measured_expert_shape_is_priced_at_its_own_rows() -> None:
     step of the regressor's trees between them); another GPU keeps the regressor's transfer."""
     import pandas as pd
 
-    from latsim.calibration.fit import without_floor
+    from latsim.costmodel.profile.floor import without_floor
 
     folder = Path(__file__).resolve().parents[2] / "latsim" / "data" / "calibration" / "h200"
     p = load_predictors(folder)

@@ -18,7 +18,6 @@ import pandas as pd
 import pytest
 
 from latsim.calibration.context import BenchContext
-from latsim.calibration.fit import GRAPH_TIMER, without_floor
 from latsim.calibration.timing import (
     GRAPH_MAX_ROWS,
     GRAPH_TARGET_S,
@@ -29,6 +28,7 @@ from latsim.calibration.timing import (
     TimerSettings,
     graph_calls,
 )
+from latsim.costmodel.profile.floor import GRAPH_TIMER, without_floor
 
 EAGER_GAP_S = 3e-6
 GRAPH_GAP_S = 1e-6

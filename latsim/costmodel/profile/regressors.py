@@ -18,6 +18,7 @@ import numpy as np
 
 from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.profile import features, machete, tiles
+from latsim.costmodel.profile.floor import without_floor
 from latsim.costmodel.profile.store import read_json, read_profile
 from latsim.costmodel.roofline_params import default_roofline_params
 
@@ -159,15 +160,13 @@ class Predictors:
         them (its trees split somewhere between two measured counts), which priced Qwen3-30B-A3B's
         experts at 1,024-8,192 tokens up to 20 % under its own rows on both Hopper GPUs, where a
         live engine's traced experts took what the rows say (``data/traces/h100/s50``).  The rows
-        lose the timer's floor as the regressor's do (``calibration.fit.without_floor``: the step
+        lose the timer's floor as the regressor's do (:func:`~.floor.without_floor`: the step
         adds each kernel's launch gap apart).  Empty
         when the profile has no MoE rows or timed another kernel than the engine's."""
         path = self.folder / "moe.parquet"
         if not path.is_file() or not self.moe_matches_engine():
             return {}
         import pandas as pd
-
-        from latsim.calibration.fit import without_floor
 
         rows = pd.read_parquet(path)
         rows = rows[(rows["status"] == "ok") & (rows["median_s"] > 0.0)]
