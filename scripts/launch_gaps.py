@@ -24,8 +24,9 @@ an all-MoE model whose layers also carry a shared expert (as Qwen1.5-MoE-A2.7B):
 shared expert's MLP and gate eagerly inside the MoE op, on the CPU of every graph-less layer.
 Its per-layer launch over the ``--moe`` model's, less one, times the host-terms file's MoE layer
 (``launch_layer_s + launch_moe_layer_s``) is ``launch_shared_layer_s``: a ratio of two launches
-on one host, so a machine whose launches run slower or faster than its probe says moves both
-alike (the fifty-first session's H100 ran its launches 12-15 % slower than its probe's speed).
+on one host carried onto the file's terms, which are fitted launches, not measured held gaps (a
+start's held gaps read 0.9-1.3 x them at its own probe), so the offset of one machine or of the
+fit is not added to the term in milliseconds.
 ``--terms NAME ...`` writes only the named terms of those measured (the script's record of the
 others is kept under ``earlier`` in the file).
 ``--sigma RUNS`` gives the levels whose spread is ``launch_sigma`` (their mean): those where a
