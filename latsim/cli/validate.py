@@ -19,8 +19,9 @@ def validate(
                                                      "validation.html (one page per run) here")] = None,
     as_json: Annotated[bool, Opt("--json")] = False,
     seed: Annotated[int, Opt()] = 0,
-    host_speed: Annotated[str, Opt(help="Host CPU speed to replay with: a number, or 'probe' (each level's "
-                                   "host-probe median against the reference; a diagnostic)")] = "1",
+    host_speed: Annotated[str, Opt(help="Host CPU speed to replay with: a number, 'probe' (each level's "
+                                   "host-probe median against the reference; a diagnostic) or "
+                                   "'probe-mean' (the probe's mean, for a host of two speeds)")] = "1",
     profile: Annotated[Path | None, Opt(help="Price the GPU with this fitted profile folder (e.g. "
                                         "latsim/data/calibration/h200-aic) instead of the device's own")] = None,
 ) -> None:

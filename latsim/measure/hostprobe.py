@@ -332,14 +332,15 @@ def parse_rows(text: str) -> Iterator[list[float | None]]:
 
 
 def summarize(rows: list[list[float | None]], baseline: float | None) -> dict[str, Any]:
-    """Median probe time, its ratio to ``baseline`` and the fraction of slow samples
+    """Median and mean probe time, the median's ratio to ``baseline`` and the fraction of slow samples
     (ratio above :data:`SLOW_RATIO`), mean busy and steal fractions, and the watched
     processes' runnable-wait share of their CPU time."""
     if not rows:
         return {"samples": 0}
     table = np.array([[np.nan if v is None else v for v in r] for r in rows], dtype=float)
     probe = table[:, 1]
-    out: dict[str, Any] = {"samples": len(rows), "probe_p50_s": float(np.median(probe))}
+    out: dict[str, Any] = {"samples": len(rows), "probe_p50_s": float(np.median(probe)),
+                           "probe_mean_s": float(np.mean(probe))}
     if baseline:
         out["probe_ratio_p50"] = float(np.median(probe) / baseline)
         out["slow_fraction"] = float(np.mean(probe > SLOW_RATIO * baseline))

@@ -46,38 +46,67 @@ class LevelComparison:
     host_probe_ms: float | None = None
 
 
-def host_probe_ms(meta: dict) -> float | None:
-    """The median time of the host probe's fixed workload during the run, in ms (``None``: the
-    run was measured without :class:`~latsim.measure.hostprobe.HostProbe`).  The same work each
-    time: a larger value means a slower CPU under the engine while this level ran."""
-    value = ((meta.get("host_probe") or {}).get("summary") or {}).get("probe_p50_s")
+PROBE_SPEEDS = {"probe": "median", "probe-mean": "mean"}
+"""The ``--host-speed`` values that read a level's host probe, and the probe statistic each takes:
+the median (the one the CPU terms were fitted with) or the mean (the time-average of the CPU's
+speed, which a host of two speeds needs: ``docs/validation.md``, "a host of two speeds")."""
+
+
+def host_probe_ms(meta: dict, statistic: str = "median") -> float | None:
+    """The median (``statistic="mean"``: the mean) time of the host probe's fixed workload during
+    the run, in ms (``None``: the run was measured without
+    :class:`~latsim.measure.hostprobe.HostProbe`).  The same work each time: a larger value means a
+    slower CPU under the engine while this level ran.  The mean is the summary's ``probe_mean_s``,
+    or for a level recorded before it was kept, the mean over the probe's recorded samples."""
+    probe = meta.get("host_probe") or {}
+    summary = probe.get("summary") or {}
+    if statistic == "mean":
+        value = summary.get("probe_mean_s")
+        if not isinstance(value, (int, float)):
+            value = _mean_of_samples(probe)
+    elif statistic == "median":
+        value = summary.get("probe_p50_s")
+    else:
+        raise ValueError(f"host probe statistic {statistic!r}: expected 'median' or 'mean'")
     return float(value) * 1e3 if isinstance(value, (int, float)) else None
 
 
+def _mean_of_samples(probe: dict) -> float | None:
+    """The mean of the probe-time column of a host probe's recorded rows (None when it kept none)."""
+    columns, rows = probe.get("columns") or [], probe.get("rows") or []
+    if "probe_s" not in columns:
+        return None
+    at = columns.index("probe_s")
+    values = [row[at] for row in rows if len(row) > at and isinstance(row[at], (int, float))]
+    return float(np.mean(values)) if values else None
+
+
 def host_speed_option(text: str) -> float | str:
-    """A ``--host-speed`` value as given on a command line: ``"probe"``, or a number in
-    :data:`~latsim.costmodel.host.HOST_SPEED_RANGE`; ValueError naming the text and what is
-    accepted otherwise."""
-    if text == "probe":
+    """A ``--host-speed`` value as given on a command line: ``"probe"``, ``"probe-mean"``
+    (:data:`PROBE_SPEEDS`), or a number in :data:`~latsim.costmodel.host.HOST_SPEED_RANGE`;
+    ValueError naming the text and what is accepted otherwise."""
+    if text in PROBE_SPEEDS:
         return text
     try:
         speed = float(text)
         check_host_speed(speed)
     except ValueError:
         lo, hi = HOST_SPEED_RANGE
-        raise ValueError(f"--host-speed {text!r}: expected 'probe' or a number in [{lo:g}, {hi:g}]") from None
+        raise ValueError(f"--host-speed {text!r}: expected 'probe', 'probe-mean' or a number in "
+                         f"[{lo:g}, {hi:g}]") from None
     return speed
 
 
 def run_host_speed(meta: dict, host_speed: float | str) -> float:
     """The ``host_speed`` to replay a run with: a number as given; ``"probe"``: the host the
     engine CPU terms describe over this run's probe median (:func:`host_probe_ms`; the CPU's
-    speed while the level ran), 1.0 for a run measured without the probe."""
-    if host_speed != "probe":
-        if isinstance(host_speed, str):
-            raise ValueError(f"host speed must be a number or 'probe', got {host_speed!r}")
+    speed while the level ran), ``"probe-mean"`` the same over the probe's mean; 1.0 for a run
+    measured without the probe."""
+    if isinstance(host_speed, str) and host_speed not in PROBE_SPEEDS:
+        raise ValueError(f"host speed must be a number, 'probe' or 'probe-mean', got {host_speed!r}")
+    if not isinstance(host_speed, str):
         return float(host_speed)
-    probe = host_probe_ms(meta)
+    probe = host_probe_ms(meta, PROBE_SPEEDS[host_speed])
     return 1.0 if probe is None else reference_probe_s() / (probe / 1e3)
 
 

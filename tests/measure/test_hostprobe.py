@@ -69,6 +69,7 @@ def test_summary_counts_slow_samples_against_the_baseline() -> None:
     s = summarize(rows, baseline=0.001)
     assert s["slow_fraction"] == pytest.approx(0.25)
     assert s["probe_ratio_p50"] == pytest.approx(1.0)
+    assert s["probe_p50_s"] == pytest.approx(fast) and s["probe_mean_s"] == pytest.approx(0.75 * fast + 0.25 * slow)
     assert s["steal_mean"] == pytest.approx(0.02) and s["wait_per_run"] == pytest.approx(0.1)
     assert "slow_fraction" not in summarize(rows, baseline=None)
     assert summarize([], 0.001) == {"samples": 0}

@@ -52,6 +52,23 @@ def test_host_probe_time_is_carried_into_the_error_table() -> None:
     assert table["host_probe_ms"].eq(host_probe_ms(meta)).all()
 
 
+def test_probe_mean_reads_the_samples_of_a_host_of_two_speeds() -> None:
+    # three fast samples and two slow ones: the median is the fast mode, the mean between the modes
+    rows = [[0.1 * i, probe, None] for i, probe in enumerate((0.001, 0.001, 0.001, 0.002, 0.002))]
+    meta = {"host_probe": {"summary": {"probe_p50_s": 0.001}, "columns": ["t_s", "probe_s", "other_s"],
+                           "rows": rows}}
+    assert host_probe_ms(meta) == pytest.approx(1.0)
+    assert host_probe_ms(meta, "mean") == pytest.approx(1.4)
+    kept = {"host_probe": {"summary": {"probe_p50_s": 0.001, "probe_mean_s": 0.0013}}}
+    assert host_probe_ms(kept, "mean") == pytest.approx(1.3)  # the summary's, when recorded
+    assert host_probe_ms({"host_probe": {"summary": {"probe_p50_s": 0.001}}}, "mean") is None
+    assert run_host_speed(meta, "probe-mean") == pytest.approx(reference_probe_s() / 0.0014)
+    assert run_host_speed(meta, "probe") == pytest.approx(reference_probe_s() / 0.001)
+    assert host_speed_option("probe-mean") == "probe-mean"
+    with pytest.raises(ValueError, match="'mode'"):
+        host_probe_ms(meta, "mode")
+
+
 def test_replay_host_speed_from_the_probe() -> None:
     meta = {"host_probe": {"summary": {"probe_p50_s": 2 * reference_probe_s()}}}
     assert run_host_speed(meta, "probe") == pytest.approx(0.5)
@@ -96,13 +113,13 @@ def test_cli_json_and_bad_path(monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
     assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
     for bad in ("fast", "50"):  # not a number, out of range: one line naming it and what is accepted
         code, _, err = cli(["validate", str(SMALL_RUN), "--host-speed", bad], monkeypatch, capsys)
-        assert code == 2 and f"--host-speed {bad!r}" in err and "'probe' or a number in [0.1, 10]" in err
+        assert code == 2 and f"--host-speed {bad!r}" in err and "'probe', 'probe-mean' or a number in [0.1, 10]" in err
 
 
 def test_host_speed_option_reads_probe_or_a_number_in_range() -> None:
     assert host_speed_option("probe") == "probe" and host_speed_option("0.75") == 0.75
     for bad in ("fast", "0", "11", "nan"):
-        with pytest.raises(ValueError, match="expected 'probe' or a number"):
+        with pytest.raises(ValueError, match="expected 'probe', 'probe-mean' or a number"):
             host_speed_option(bad)
 
 

@@ -57,7 +57,7 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "no such file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         de.main([str(LEVEL), "--host-speed", "fast"])
-    assert exc.value.code == 2 and "expected 'probe' or a number" in capsys.readouterr().err
+    assert exc.value.code == 2 and "expected 'probe', 'probe-mean' or a number" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         de.main([str(LEVEL), "--min-steps", "0"])
     assert exc.value.code == 2 and "--min-steps 0" in capsys.readouterr().err
