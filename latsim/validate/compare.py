@@ -44,6 +44,8 @@ class LevelComparison:
     """The deployment the replay simulated (:func:`replay_deployment`)."""
     client_bound: bool = False
     host_probe_ms: float | None = None
+    host_probe_mean_ms: float | None = None
+    """The probe's median and mean over the level (:func:`host_probe_ms`); far apart on a host of two speeds."""
 
 
 PROBE_SPEEDS = {"probe": "median", "probe-mean": "mean"}
@@ -254,7 +256,7 @@ def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=N
     return LevelComparison(str(run_dir), str(m.meta.get("level", Path(run_dir).name)),
                            trace_meta.get("offered_qps"), measured, predicted,
                            measured_records, result.records, deployment, client_bound(m.meta),
-                           host_probe_ms(m.meta))
+                           host_probe_ms(m.meta), host_probe_ms(m.meta, "mean"))
 
 
 def matched_summary(summary: dict, records: pd.DataFrame, measured_records: pd.DataFrame,
@@ -291,6 +293,7 @@ def error_table(levels: list[LevelComparison]) -> pd.DataFrame:
                 err = (pred - meas) / meas if meas and pred is not None else np.nan
                 rows.append({"run": lv.run_dir, "level": lv.level, "offered_qps": lv.offered_qps,
                              "client_bound": lv.client_bound, "host_probe_ms": lv.host_probe_ms,
+                             "host_probe_mean_ms": lv.host_probe_mean_ms,
                              "metric": metric, "stat": stat,
                              "measured": meas, "predicted": pred, "error": err})
     return pd.DataFrame(rows)

@@ -50,6 +50,9 @@ def test_host_probe_time_is_carried_into_the_error_table() -> None:
     assert host_probe_ms({}) is None and host_probe_ms({"host_probe": {"summary": {"samples": 0}}}) is None
     table = error_table([compare_run(probed, "h200")])
     assert table["host_probe_ms"].eq(host_probe_ms(meta)).all()
+    assert table["host_probe_mean_ms"].eq(host_probe_ms(meta, "mean")).all()
+    mean = 1e3 * sum(r[1] for r in meta["host_probe"]["rows"]) / len(meta["host_probe"]["rows"])
+    assert host_probe_ms(meta, "mean") == pytest.approx(mean)
 
 
 def test_probe_mean_reads_the_samples_of_a_host_of_two_speeds() -> None:

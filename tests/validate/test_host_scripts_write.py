@@ -244,7 +244,8 @@ def test_fit_engine_host_says_what_is_wrong(tmp_path: Path, hostfile: Path, monk
     assert exc.value.code == 2 and "free term 'warp_s' is not one of" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         run_script("fit_engine_host.py", [*base, "--host-speed", "0"], monkeypatch)
-    assert exc.value.code == 2 and "--host-speed '0': expected 'probe', 'probe-mean' or a number" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--host-speed '0': expected 'probe', 'probe-mean' or a number" in err
     with pytest.raises(SystemExit, match=r"--start warp_s=1: 'warp_s' is not one of"):
         run_script("fit_engine_host.py", [*base, "--start", "warp_s=1"], monkeypatch)
     with pytest.raises(SystemExit, match=r"no Poisson level under .* matches --dense-train 'nothing'"):
