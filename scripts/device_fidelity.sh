@@ -8,7 +8,7 @@
 #   bash scripts/device_fidelity.sh paged [paged-prefill]   # decode (prefill) attention over a paged KV cache
 #   bash scripts/device_fidelity.sh wide         # attention of 48-96 query heads per GPU (grid "wide")
 #   bash scripts/device_fidelity.sh grids G...   # the named grids one after another, gemm and attention
-#                                                # (e.g. paged-prefill msteps-high marlin fp8-kv window)
+#                                                # (e.g. paged-prefill msteps-high marlin fp8-kv window narrow)
 #   bash scripts/device_fidelity.sh graph G...   # the per-token operators of the named grids replayed in CUDA graphs
 #                                                # (full: GEMMs, memory ops, MoE; other grids: GEMMs)
 #   bash scripts/device_fidelity.sh probe        # a long prefill chunk: alone, beside decodes, sustained

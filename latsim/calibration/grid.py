@@ -276,6 +276,27 @@ up to 512 replayed in CUDA graphs (the runner's default ``--op-timing graph``), 
 steps, and the rows past it call by call; the H200's two runs: ``data/kernels/h200-live-steps*``."""
 
 
+NARROW_SHAPES: dict[str, Any] = {
+    "gemm": [{"K": k, "N": n, "tags": [tag]} for k, n, tag in (
+        (2048, 128, "qwen3-30b-a3b/router"), (2048, 60, "qwen1.5-moe-a2.7b/router"),
+        (2048, 1, "qwen1.5-moe-a2.7b/shared_gate"), (4096, 8, "mixtral-8x7b/router"),
+        (6144, 8, "mixtral-8x22b/router"))],
+    "moe": [], "attention": [],
+}
+"""The catalog MoE models' narrowest linear layers, the same on every GPU of a TP group (vLLM
+replicates them): each router (hidden x experts) and each shared expert's gate (hidden x 1).  The
+full grid's narrowest width is 384; below it the GEMM regressor extrapolates (at 64 rows it prices
+Qwen1.5-MoE's router at 1.3 us, which a live trace measured at 8.9, and its shared gate, at 4.9,
+not at all: ``docs/step-time-model.md``, "A shared expert's launch")."""
+
+NARROW = replace(
+    MSTEPS_HIGH, name="narrow", gemm_fp8_stride=0, gemm_int4_stride=0,
+    gemm_m=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096, 8192),
+)
+"""bf16 GEMMs of :data:`NARROW_SHAPES` from one row to 8,192 (decode batches and prompt chunks):
+the measurement the routers' and shared gates' price waits on."""
+
+
 HEAVY_GEMM = _bf16_above_graphs(FULL, "heavy-gemm", FULL.gemm_m)
 """The full grid's bf16 GEMMs of steps too large for CUDA graphs, to be timed at the full clock
 (``run_device --heavy-timing cool``) for the power model (``latsim.costmodel.power``): the burst
@@ -287,7 +308,7 @@ HEAVY_GEMM_STEPS = _bf16_above_graphs(MSTEPS_HIGH, "heavy-gemm-steps", MSTEPS.ge
 
 GRIDS = {g.name: g for g in (FULL, QUICK, TINY, SHAPES, WIDE, MSTEPS, PAGED, DECODE_TILES, DECODE_BATCHES,
                              DECODE_BATCHES_CHECK, PAGED_PREFILL, MSTEPS_HIGH, MSTEPS_LOW, MOE_STEPS, W4A16,
-                             W4_STEPS, LIVE_STEPS, FP8_KV, WINDOW, HEAVY_GEMM, HEAVY_GEMM_STEPS)}
+                             W4_STEPS, LIVE_STEPS, NARROW, FP8_KV, WINDOW, HEAVY_GEMM, HEAVY_GEMM_STEPS)}
 TINY_SHAPES: dict[str, Any] = {
     "gemm": [{"K": 64, "N": 96, "tags": ["tiny-a/tp1/qkv"]}, {"K": 128, "N": 64, "tags": ["tiny-a/tp1/o"]},
              {"K": 64, "N": 256, "tags": ["tiny-b/tp1/gate_up"]}],
@@ -476,7 +497,7 @@ def points(grid: GridSpec, shapes: dict[str, Any] | None = None) -> list[Point]:
         named = {"tiny": TINY_SHAPES, "shapes": STUDY_SHAPES, "wide": WIDE_SHAPES, "msteps": MSTEP_SHAPES,
                  "msteps-high": MSTEP_SHAPES, "msteps-low": MSTEP_SHAPES, "w4-steps": MSTEP_SHAPES,
                  "heavy-gemm-steps": MSTEP_SHAPES, "moe-steps": MOE_STEP_SHAPES, "live-steps": LIVE_STEP_SHAPES,
-                 "fp8-kv": FP8_KV_SHAPES, "window": WINDOW_SHAPES}
+                 "narrow": NARROW_SHAPES, "fp8-kv": FP8_KV_SHAPES, "window": WINDOW_SHAPES}
         shapes = named.get(grid.name) or load_shapes()
         if grid.name in ("paged", "paged-prefill", "decode-tiles", "decode-batches", "decode-batches-check"):
             shapes = paged_shapes(shapes)

@@ -28,7 +28,7 @@ CAPS_S = {"quick": 80.0, "full": 330.0, "shapes": 150.0, "wide": 90.0, "msteps":
           "decode-tiles": 150.0, "paged-prefill": 240.0, "msteps-high": 120.0, "w4a16": 200.0, "w4-steps": 120.0,
           "fp8-kv": 150.0, "window": 90.0, "heavy-gemm": 540.0, "heavy-gemm-steps": 120.0, "decode-batches": 150.0,
           "decode-batches-check": 120.0, "msteps-low": 120.0, "moe-steps": 90.0,
-          "live-steps": 120.0}
+          "live-steps": 120.0, "narrow": 60.0}
 WORK = Path("/tmp/latsim-calib")
 
 

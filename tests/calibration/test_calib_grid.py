@@ -183,3 +183,23 @@ def test_live_steps_time_the_other_live_models_layers_in_bf16_around_the_graph_s
     rows = {g["M"] for g in gemms}
     steps = {p.kwargs["M"] for name in ("msteps", "msteps-high") for p in points(get_grid(name)) if p.family == "gemm"}
     assert rows == steps and min(rows) == 96 and max(rows) == 3072 and {512, 520} <= rows
+
+
+def test_narrow_times_every_catalog_moe_models_router_and_shared_gate_in_bf16() -> None:
+    """The grid's shapes are the catalog's routers (hidden x experts) and shared experts' gates
+    (hidden x 1), every one in bf16 from a decode row to a long prompt chunk, nothing else."""
+    from latsim.catalog import list_models, load_model
+
+    want = set()
+    for name in list_models():
+        model = load_model(name)
+        if model.is_moe:
+            want.add((model.hidden_size, model.num_experts))
+            if model.shared_expert_intermediate_size:
+                want.add((model.hidden_size, 1))
+    pts = points(get_grid("narrow"))
+    assert {p.family for p in pts} == {"gemm"} and {p.kwargs["dtype"] for p in pts} == {"bf16"}
+    assert {(p.kwargs["K"], p.kwargs["N"]) for p in pts} == want and (2048, 1) in want
+    rows = sorted({p.kwargs["M"] for p in pts})
+    assert rows[0] == 1 and rows[-1] == 8192 and {16, 64, 256, 512} <= set(rows)
+    assert len(pts) == len(want) * len(rows)
