@@ -31,11 +31,12 @@ def _add(table: dict[tuple[int, ...], list[str]], key: tuple[int, ...], tag: str
 def _gemms(s: Any) -> dict[str, tuple[int, int]]:
     """(K, N) of each linear GEMM of one GPU: the step's (as the cost model lists them,
     :func:`~latsim.costmodel.profile.tabulate.step_gemms`) and the LM head's.  The MoE router's
-    (a few to 128 columns, bf16 only) is left out: the grids' fp8 and 4-bit GEMMs take every
-    k-th shape of this table, and a new row would move that selection for every model."""
+    (a few to 128 columns, bf16 only) and a shared expert's gate (one column) are left out: the
+    grids' fp8 and 4-bit GEMMs take every k-th shape of this table, and a new row would move that
+    selection for every model (the ``narrow`` grid times them, ``latsim.calibration.grid``)."""
     from latsim.costmodel.profile.tabulate import step_gemms
 
-    out = {g.op: (g.k, g.n) for g in step_gemms(s) if g.op != "router"}
+    out = {g.op: (g.k, g.n) for g in step_gemms(s) if g.op not in ("router", "shared_gate")}
     out["lm_head"] = (s.hidden, s.vocab_shard)
     return out
 

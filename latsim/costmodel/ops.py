@@ -85,6 +85,7 @@ NORM_FLOPS_PER_ELEM = 5.0  # residual add, square, sum, scale, weight
 NORM_PASSES = 4.0  # fused add+RMSNorm: read x and residual, write both
 ACT_FLOPS_PER_ELEM = 5.0  # SiLU/GeLU (~4) and the gating multiply
 MOE_KERNELS_PER_LAYER = 4.0  # align/sort tokens, grouped up GEMM, grouped down GEMM, weighted sum
+SHARED_KERNELS_PER_LAYER = 5.0  # a shared expert's gate-up and down GEMMs, its gate's GEMM, sigmoid, product
 ROUTER_KERNELS_PER_LAYER = 2.0  # gate GEMM, fused softmax+top-k
 QUANT_FLOPS_PER_ELEM = 3.0  # |x|, running max, scale and round
 QUANT_OUT_BYTES = 1.0  # 8-bit output
@@ -218,12 +219,14 @@ def _moe_experts(s: ShardSpec) -> OpForm:
     act_per_tok = s.top_k * (2 * h + _up_width(s, s.expert_width) + s.expert_width)
     if s.shared_width:
         act_per_tok += 2 * h + _up_width(s, s.shared_width) + s.shared_width
+        act_per_tok += 2 * h  # the product of its output with the gate's sigmoid (read, write)
+        shared += h  # the gate's weight (hidden x 1)
     return OpForm(
         "moe_experts", "gemm", s.gemm_dtype, float(h * _up_width(s, s.expert_width)),
         flops=_lin((T, 2.0 * (s.top_k * expert + shared) * lm)),
         bytes=_lin((HIT, expert * s.weight_bytes * lm), (HAS_T, shared * s.weight_bytes * lm),
                    (T, act_per_tok * a * lm)),
-        launches=_lin((HAS_T, lm * (MOE_KERNELS_PER_LAYER + (2.0 if s.shared_width else 0.0)))),
+        launches=_lin((HAS_T, lm * (MOE_KERNELS_PER_LAYER + (SHARED_KERNELS_PER_LAYER if s.shared_width else 0.0)))),
         weight_elems=_lin((HIT, expert * lm), (HAS_T, shared * lm)),
     )
 

@@ -84,8 +84,10 @@ def test_moe_single_token_reads_fewer_expert_weights(mixtral: ModelSpec) -> None
 def test_shared_expert_is_always_read() -> None:
     ops = _by_name(qwen_moe_shared(), BatchShape(decode_seqs=1, decode_kv_tokens=10))
     routed = 4 * (2048 * 2 * 1408 + 1408 * 2048)
-    shared = 2048 * 2 * 5632 + 5632 * 2048
+    shared = 2048 * 2 * 5632 + 5632 * 2048 + 2048  # gate-up, down and the gate (2,048 x 1)
     assert ops["moe_experts"].weight_elems == pytest.approx(24 * (routed + shared))
+    # the shared expert's two GEMMs, its gate's GEMM, sigmoid and product beside the routed four
+    assert ops["moe_experts"].launches == pytest.approx(24 * (4 + 5))
 
 
 def test_sliding_window_caps_decode_kv_reads() -> None:

@@ -10,6 +10,7 @@ measurements; on another GPU it transfers the learned efficiency curves (lower c
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,10 @@ class Predictors:
         roof = features.roofline_s(flops, nbytes, device.flops_for(compute_dtype), device.hbm_bandwidth)
         cols = {"M": m, "K": np.full_like(m, k), "N": np.full_like(m, n), "fp8": np.full_like(m, fp8),
                 "flops": flops, "bytes": nbytes}
-        return roof * self.ratio(family, cols, roof)
+        measured = self.narrow_measured.get((int(k), int(n)))
+        if measured is None or compute_dtype != "bf16" or w4a16 or device.name != self.profile.get("device"):
+            return roof * self.ratio(family, cols, roof)
+        return _at_rows(measured, m, lambda: roof * self.ratio(family, cols, roof))
 
     def w4a16_machete(self) -> bool:
         """Whether the profile's 4-bit rows were timed with vLLM's Machete (Hopper)."""
@@ -143,16 +147,10 @@ class Predictors:
         measured = self.moe_measured.get((int(e), int(k), int(h), int(inter)))
         if measured is None or wbytes != 2.0 or device.name != self.profile.get("device"):
             return roof * self.ratio("moe", cols, roof)
-        knots, logs = measured
-        at = np.log(np.maximum(tokens, 1.0))
-        inside = (at >= knots[0] - 1e-9) & (at <= knots[-1] + 1e-9)
-        direct = np.exp(np.interp(at, knots, logs))
-        if inside.all():
-            return direct
-        return np.where(inside, direct, roof * self.ratio("moe", cols, roof))
+        return _at_rows(measured, tokens, lambda: roof * self.ratio("moe", cols, roof))
 
     @functools.cached_property
-    def moe_measured(self) -> dict[tuple[int, int, int, int], tuple[Arr, Arr]]:
+    def moe_measured(self) -> dict[tuple[int, ...], tuple[Arr, Arr]]:
         """Per expert shape the profile timed with bf16 weights (experts, top-k, hidden, expert
         width), its measured seconds per token count as knots in log tokens and log seconds.
         :meth:`moe_s` interpolates them (log-log) for that shape on the profile's own GPU, inside the
@@ -163,22 +161,42 @@ class Predictors:
         lose the timer's floor as the regressor's do (:func:`~.floor.without_floor`: the step
         adds each kernel's launch gap apart).  Empty
         when the profile has no MoE rows or timed another kernel than the engine's."""
-        path = self.folder / "moe.parquet"
-        if not path.is_file() or not self.moe_matches_engine():
+        if not self.moe_matches_engine():
+            return {}
+        return self._measured_knots("moe", ("experts", "top_k", "hidden", "inter"), "tokens")
+
+    @functools.cached_property
+    def narrow_measured(self) -> dict[tuple[int, ...], tuple[Arr, Arr]]:
+        """Per (K, N) the profile's ``gemm_narrow`` table timed in bf16 (the ``narrow`` grid: MoE
+        routers and shared-expert gates, a few to 128 columns), its measured seconds per row count
+        as knots in log rows and log seconds.  :meth:`gemm_s` prices those shapes at their rows on
+        the profile's own GPU: the GEMM regressor's grid is no narrower than 384 columns, and
+        below it the regressor extrapolates to a fraction of the kernel (at 64 rows 0.7 us for a
+        2,048 x 1 GEMM the H100 ran in 3.5, timer floor off).  The rows lose the timer's floor as
+        the regressor's do.  Empty when the profile has no such table."""
+        return self._measured_knots("gemm_narrow", ("K", "N"), "M", dtype="bf16")
+
+    def _measured_knots(self, table: str, keys: tuple[str, ...], count: str,
+                        dtype: str | None = None) -> dict[tuple[int, ...], tuple[Arr, Arr]]:
+        """Per shape (``keys``) of the profile's ``table``: log ``count`` and log seconds of its
+        ``ok`` rows (median per count, less the timer's floor), shapes with two counts or more."""
+        path = self.folder / f"{table}.parquet"
+        if not path.is_file():
             return {}
         import pandas as pd
 
         rows = pd.read_parquet(path)
         rows = rows[(rows["status"] == "ok") & (rows["median_s"] > 0.0)]
+        if dtype is not None:
+            rows = rows[rows["dtype"] == dtype]
         rows = without_floor(rows, float(self.report.get("timer_floor_s", 0.0)),
                              float(self.report.get("graph_gap_s", 0.0)))
-        out: dict[tuple[int, int, int, int], tuple[Arr, Arr]] = {}
-        for shape, group in rows.groupby(["experts", "top_k", "hidden", "inter"]):
-            e, k, h, inter = (int(v) for v in np.asarray(shape, dtype=np.int64))
-            by_tokens = group.groupby("tokens")["median_s"].median().sort_index()
-            if len(by_tokens) >= 2:
-                out[(e, k, h, inter)] = (np.log(by_tokens.index.to_numpy(dtype=np.float64)),
-                                         np.log(by_tokens.to_numpy(dtype=np.float64)))
+        out: dict[tuple[int, ...], tuple[Arr, Arr]] = {}
+        for shape, group in rows.groupby(list(keys)):
+            by_count = group.groupby(count)["median_s"].median().sort_index()
+            if len(by_count) >= 2:
+                out[tuple(int(v) for v in np.asarray(shape, dtype=np.int64))] = (
+                    np.log(by_count.index.to_numpy(dtype=np.float64)), np.log(by_count.to_numpy(dtype=np.float64)))
         return out
 
     def allreduce_s(self, nbytes: Arr, world: int, graph: bool = False) -> Arr | None:
@@ -259,6 +277,18 @@ def _load(folder: Path, stamp: float) -> Predictors:
         raise ValueError(f"{folder}: fitted model(s) missing for {missing}; expected model_<family>.json files")
     return Predictors(folder, profile, boosters, _optional_json(folder / "overheads.json", "overheads"),
                       _optional_json(folder / "allreduce.json", "all-reduce table"), report)
+
+
+def _at_rows(measured: tuple[Arr, Arr], count: Arr, fallback: Callable[[], Arr]) -> Arr:
+    """Seconds at ``count`` from measured knots (log count, log seconds), interpolated log-log inside
+    the measured counts; outside them ``fallback()`` (the regressor), evaluated only when needed."""
+    knots, logs = measured
+    at = np.log(np.maximum(count, 1.0))
+    inside = (at >= knots[0] - 1e-9) & (at <= knots[-1] + 1e-9)
+    direct = np.exp(np.interp(at, knots, logs))
+    if inside.all():
+        return direct
+    return np.where(inside, direct, fallback())
 
 
 def load_predictors(folder: Path) -> Predictors:

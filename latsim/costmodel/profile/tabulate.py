@@ -80,11 +80,16 @@ def _memory_op(p: Predictors, form: OpForm, t: Arr, device: DeviceSpec, sampled:
 
 
 def _act_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
-    """SiLU x mul of the dense MLPs and shared experts (routed experts are inside ``moe_s``)."""
+    """SiLU x mul of the dense MLPs and shared experts (routed experts are inside ``moe_s``), and a
+    shared expert's gating: the sigmoid of its gate (one value a token) and the product of the
+    shared expert's output with it (read and write ``hidden`` values a token), two kernels."""
     out = np.zeros_like(t)
     for width, layers in ((s.mlp_width, s.dense_layers), (s.shared_width, s.moe_layers)):
         if width and layers:
             out = out + layers * p.memory_s(FUSED_AS, 6.0 * t * width, device)
+    if s.shared_width and s.moe_layers:
+        gating = p.memory_s(FUSED_AS, 4.0 * t, device) + p.memory_s(FUSED_AS, 4.0 * t * s.hidden, device)
+        out = out + s.moe_layers * gating
     return out
 
 
@@ -106,8 +111,9 @@ class StepGemm(NamedTuple):
 
 def step_gemms(s: ShardSpec) -> list[StepGemm]:
     """Every T-row GEMM of one GPU (:class:`StepGemm`): the linear layers in the checkpoint's
-    quantization, the MoE router in bf16.  The LM head is a per-sample GEMM, not listed.  Under
-    bitsandbytes a fused layer is one call per shard (q, k, v; gate, up), as vLLM makes them."""
+    quantization, the MoE router and a shared expert's gate (``hidden`` x 1, replicated, never
+    quantized) in bf16.  The LM head is a per-sample GEMM, not listed.  Under bitsandbytes a fused
+    layer is one call per shard (q, k, v; gate, up), as vLLM makes them."""
     up = 2 if s.gated else 1
     quant = (s.gemm_dtype, s.weight_bytes, s.w4a16, s.bnb)
     if s.bnb:
@@ -122,6 +128,7 @@ def step_gemms(s: ShardSpec) -> list[StepGemm]:
         out.append(StepGemm("router", s.hidden, s.experts, s.moe_layers, "bf16", 2.0, False))
     if s.shared_width and s.moe_layers:
         out += _mlp("shared_", s.hidden, s.shared_width, up, s.moe_layers, quant, s.bnb)
+        out.append(StepGemm("shared_gate", s.hidden, 1, s.moe_layers, "bf16", 2.0, False))
     return out
 
 
