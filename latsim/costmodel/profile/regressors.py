@@ -50,7 +50,9 @@ class Predictors:
         """One ``m x k`` by ``k x n`` GEMM; W8A8 dtypes (fp8, int8) use the fp8 curve, 4-bit
         weight-only layers (``w4a16``) the rows of vLLM's W4A16 kernel when the profile has them (else
         the bf16 curve on the 4-bit roofline), priced at the rows Machete computes when the profile
-        timed Machete (:func:`~latsim.costmodel.profile.machete.padded_rows`)."""
+        timed Machete (:func:`~latsim.costmodel.profile.machete.padded_rows`).  A bf16 shape narrower
+        than the regressor's grid that the profile timed (:attr:`narrow_measured`) is priced at its
+        rows on the profile's own GPU."""
         family = "gemm_w4a16" if w4a16 and "gemm_w4a16" in self.boosters else "gemm"
         if family == "gemm_w4a16" and self.w4a16_machete():
             m = machete.padded_rows(m, int(k), int(n))
