@@ -59,6 +59,7 @@ import csv
 import gzip
 import itertools
 import json
+import os
 import re
 import sys
 import tempfile
@@ -504,7 +505,9 @@ async def run(args: argparse.Namespace) -> None:
 
     meta: dict[str, Any] = {"argv": sys.argv, "gpu_name": torch.cuda.get_device_name(0),
                             "host_speed_before": host_speed(3.0),
-                            "weights": "checkpoint-like" if args.checkpoint_weights else "dummy"}
+                            "weights": "checkpoint-like" if args.checkpoint_weights else "dummy",
+                            # e.g. VLLM_DISABLE_SHARED_EXPERTS_STREAM=1 (scripts/shared_overlap.py)
+                            "vllm_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")}}
     if args.checkpoint_weights:
         from checkpoint_weights import install  # scripts/ is on the path when run by path
 

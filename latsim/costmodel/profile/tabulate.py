@@ -80,17 +80,60 @@ def _memory_op(p: Predictors, form: OpForm, t: Arr, device: DeviceSpec, sampled:
 
 
 def _act_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
-    """SiLU x mul of the dense MLPs and shared experts (routed experts are inside ``moe_s``), and a
-    shared expert's gating: the sigmoid of its gate (one value a token) and the product of the
-    shared expert's output with it (read and write ``hidden`` values a token), two kernels."""
-    out = np.zeros_like(t)
-    for width, layers in ((s.mlp_width, s.dense_layers), (s.shared_width, s.moe_layers)):
-        if width and layers:
-            out = out + layers * p.memory_s(FUSED_AS, 6.0 * t * width, device)
-    if s.shared_width and s.moe_layers:
-        gating = p.memory_s(FUSED_AS, 4.0 * t, device) + p.memory_s(FUSED_AS, 4.0 * t * s.hidden, device)
-        out = out + s.moe_layers * gating
-    return out
+    """SiLU x mul of the dense MLPs (a shared expert's is in :func:`shared_expert_s`, routed
+    experts' inside ``moe_s``)."""
+    if not (s.mlp_width and s.dense_layers):
+        return np.zeros_like(t)
+    return s.dense_layers * p.memory_s(FUSED_AS, 6.0 * t * s.mlp_width, device)
+
+
+SHARED_STREAM_TOKENS = 256
+"""vLLM 0.25.1 runs a MoE layer's shared expert on a second CUDA stream, beside the routed experts'
+top-k and kernels, in steps of at most this many tokens (``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD``'s
+default) on NVIDIA GPUs (``SharedExperts._determine_shared_experts_order``; not on ROCm).  Since
+256 is a captured CUDA-graph size, a graph step's padded size is under it exactly when its own is."""
+
+
+def shared_expert_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
+    """Seconds of every MoE layer's shared expert at ``t`` tokens, each kernel on its own (as in a
+    step of more than :data:`SHARED_STREAM_TOKENS`): its GEMMs (gate-up, down, the gate's
+    ``hidden`` x 1), SiLU x mul, the sigmoid of its gate and the product of its output with it."""
+    if not (s.shared_width and s.moe_layers):
+        return np.zeros_like(t)
+    gemms = sum((g.layers * step_gemm_s(p, g, t, device) for g in step_gemms(s) if g.op.startswith("shared_")),
+                np.zeros_like(t))
+    silu = p.memory_s(FUSED_AS, 6.0 * t * s.shared_width, device)
+    gating = p.memory_s(FUSED_AS, 4.0 * t, device) + p.memory_s(FUSED_AS, 4.0 * t * s.hidden, device)
+    return gemms + s.moe_layers * (silu + gating)
+
+
+def shared_beside_s(s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
+    """What the shared experts add to a step that runs them on the second stream: the bytes they
+    move at the HBM bandwidth plus their FLOPs at the dense peak, every layer.  Beside the routed
+    experts (which keep the memory busy) the shared path's kernels lose their own latency, launch
+    gaps and partly idle GPU; its traffic and arithmetic stay (both paid in full: an upper bound
+    of what it adds).  Measured on the H100 (``data/traces/h100/s53``, Qwen1.5-MoE-A2.7B decode at
+    8-256 sequences, the second stream off and on, ``scripts/shared_overlap.py``): the two-stream
+    block took 18-23 us a layer longer than the one-stream routed path alone at 8-128 tokens and 36
+    at 256, where this gives 21-33 and 45 (the shared path alone took 44-53 us)."""
+    up = 2 if s.gated else 1
+    # activations a token: gate-up in and out, SiLU x mul in and out, down in and out, the gate's
+    # input, the product's two reads and its write (5 x hidden + 2 x up-width + 2 x width)
+    weights = float(s.hidden * up * s.shared_width + s.shared_width * s.hidden)
+    nbytes = (weights * s.weight_bytes + 2.0 * s.hidden
+              + t * s.act_bytes * (5.0 * s.hidden + 2.0 * up * s.shared_width + 2.0 * s.shared_width))
+    flops = 2.0 * t * (weights + s.hidden)
+    return s.moe_layers * (nbytes / device.hbm_bandwidth + flops / device.flops_for(s.gemm_dtype))
+
+
+def shared_in_step_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
+    """The shared experts' seconds in a step of ``t`` tokens: beside the routed experts
+    (:func:`shared_beside_s`, never more than alone) up to :data:`SHARED_STREAM_TOKENS` on an
+    NVIDIA GPU, alone (:func:`shared_expert_s`) otherwise."""
+    alone = shared_expert_s(p, s, t, device)
+    if device.vendor != "nvidia" or not (s.shared_width and s.moe_layers):
+        return alone
+    return np.where(t <= SHARED_STREAM_TOKENS, np.minimum(alone, shared_beside_s(s, t, device)), alone)
 
 
 class StepGemm(NamedTuple):
@@ -142,6 +185,13 @@ def _mlp(prefix: str, hidden: int, width: int, up: int, layers: int, quant: tupl
     return [*ins, StepGemm(f"{prefix}down", width, hidden, layers, *quant)]
 
 
+def step_gemm_s(p: Predictors, g: StepGemm, t: Arr, device: DeviceSpec) -> Arr:
+    """One call of ``g`` at ``t`` rows on its kernel (bitsandbytes', W4A16 or the compute dtype's)."""
+    if g.bnb:
+        return bnb_gemm_s(p, g, t, device)
+    return p.gemm_s(t, g.k, g.n, device, g.dtype, g.weight_bytes, w4a16=g.w4a16)
+
+
 def bnb_gemm_s(p: Predictors, g: StepGemm, t: Arr, device: DeviceSpec) -> Arr:
     """One bitsandbytes 4-bit shard at ``t`` rows (:mod:`latsim.costmodel.bnb`): its own kernel
     (the bf16 curve on the 4-bit roofline) up to the rows its dispatch gives it on ``device``,
@@ -164,14 +214,13 @@ def per_token(p: Predictors, s: ShardSpec, device: DeviceSpec, t: Arr,
     notes: list[str] = []
     total = np.zeros_like(t)
     for g in step_gemms(s):
-        gemm = bnb_gemm_s(p, g, t, device) if g.bnb else p.gemm_s(t, g.k, g.n, device, g.dtype, g.weight_bytes,
-                                                                  w4a16=g.w4a16)
-        total = total + g.layers * gemm
+        if not g.op.startswith("shared_"):  # the shared expert's: shared_in_step_s
+            total = total + g.layers * step_gemm_s(p, g, t, device)
     total = total + (moe_experts_s(p, s, device, t) if experts is None else experts)
     forms = {f.name: f for f in op_forms(s)}
     for name in ("embed", "rope", "kv_write", "norm") + (("act_quant",) if s.act_quant != "none" else ()):
         total = total + _memory_op(p, forms[name], t, device)
-    total = total + _act_s(p, s, t, device)
+    total = total + _act_s(p, s, t, device) + shared_in_step_s(p, s, t, device)
     return total + _allreduce(p, s, t, device, notes), notes
 
 
