@@ -145,8 +145,8 @@ def step_rows(folder: Path, device: str | None = None, profile: Path | None = No
                                "prefill_tokens": chunk, "prefill_context": ctx if chunk > 0 else 0,
                                "decode_reqs": decodes}
         busy = float(step["gpu_busy_us"])
-        row.update({"gpu_busy_us": busy, "attention_us": float(step["attention_us"]),
-                    "rest_us": busy - float(step["attention_us"])})
+        row.update({"gpu_busy_us": busy, "span_us": float(step.get("span_us") or "nan"),
+                    "attention_us": float(step["attention_us"]), "rest_us": busy - float(step["attention_us"])})
         row.update(model_row(cm, shape))
         row["model_rest_us"] = row["model_us"] - row["model_attention_us"]
         rows.append(row)
@@ -163,7 +163,7 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (label, has_prefill, has_decode), group in groups.items():
         med = {k: statistics.median(r[k] for r in group)
-               for k in ("gpu_busy_us", "attention_us", "rest_us", "model_us", "model_full_us",
+               for k in ("gpu_busy_us", "span_us", "attention_us", "rest_us", "model_us", "model_full_us",
                          "model_capped_us", "model_attention_us", "model_rest_us", "prefill_tokens",
                          "decode_reqs")}
         kind = "+".join(p for p, on in (("prefill", has_prefill), ("decode", has_decode)) if on)
@@ -173,7 +173,7 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def format_summary(rows: list[dict[str, Any]], unplaced: int) -> str:
     lines = [f"{'scenario':42} {'steps':15} {'n':>3} {'tokens':>6} {'busy':>8} {'model':>8} {'ratio':>6} "
-             f"{'full..capped':>13} {'attn':>8} {'model':>8} {'rest':>8} {'model':>8}"]
+             f"{'full..capped':>13} {'attn':>8} {'model':>8} {'rest':>8} {'model':>8} {'span':>8} {'/span':>6}"]
     for r in rows:
         ratio = r["model_us"] / r["gpu_busy_us"] if r["gpu_busy_us"] else float("nan")
         span = f"{r['model_full_us'] / r['gpu_busy_us']:.3f}-{r['model_capped_us'] / r['gpu_busy_us']:.3f}"
@@ -181,9 +181,12 @@ def format_summary(rows: list[dict[str, Any]], unplaced: int) -> str:
         lines.append(f"{r['scenario'][:42]:42} {r['steps']:15} {r['n']:3d} {tokens:6d} "
                      f"{r['gpu_busy_us'] / 1e3:8.2f} {r['model_us'] / 1e3:8.2f} {ratio:6.3f} {span:>13} "
                      f"{r['attention_us'] / 1e3:8.2f} {r['model_attention_us'] / 1e3:8.2f} "
-                     f"{r['rest_us'] / 1e3:8.2f} {r['model_rest_us'] / 1e3:8.2f}")
+                     f"{r['rest_us'] / 1e3:8.2f} {r['model_rest_us'] / 1e3:8.2f} {r['span_us'] / 1e3:8.2f} "
+                     f"{r['model_us'] / r['span_us']:6.3f}")
     lines.append("milliseconds of GPU kernels per step, medians; ratio = model / measured; "
-                 f"full..capped: the model's ratio at the power cap's two clocks; {unplaced} steps unplaced")
+                 f"full..capped: the model's ratio at the power cap's two clocks; span: first kernel's start to the "
+                 f"last one's end (a shared-expert MoE's second stream runs kernels at once: its busy time exceeds "
+                 f"the step, compare /span); {unplaced} steps unplaced")
     return "\n".join(lines)
 
 
