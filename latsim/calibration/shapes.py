@@ -36,7 +36,7 @@ def _gemms(s: Any) -> dict[str, tuple[int, int]]:
     selection for every model (the ``narrow`` grid times them, ``latsim.calibration.grid``)."""
     from latsim.costmodel.profile.tabulate import step_gemms
 
-    out = {g.op: (g.k, g.n) for g in step_gemms(s) if g.op not in ("router", "shared_gate")}
+    out = {g.op: (g.k, g.n) for g in step_gemms(s) if g.op not in ("router", "shared_expert_gate")}
     out["lm_head"] = (s.hidden, s.vocab_shard)
     return out
 

@@ -67,9 +67,10 @@ def test_narrow_rows_are_not_used_for_another_gpu_another_dtype_or_past_the_rows
 
 def test_a_shared_experts_gate_is_a_bf16_gemm_of_one_column_per_moe_layer() -> None:
     shared = shard_model(load_model("qwen1.5-moe-a2.7b"), 1, "fp8")
-    gates = [g for g in step_gemms(shared) if g.op == "shared_gate"]
+    gates = [g for g in step_gemms(shared) if g.op == "shared_expert_gate"]
     assert [(g.k, g.n, g.layers, g.dtype, g.weight_bytes) for g in gates] == [(2048, 1, 24, "bf16", 2.0)]
-    assert not [g for g in step_gemms(shard_model(load_model("qwen3-30b-a3b"), 1, "bf16")) if g.op == "shared_gate"]
+    routed_only = step_gemms(shard_model(load_model("qwen3-30b-a3b"), 1, "bf16"))
+    assert not [g for g in routed_only if g.op == "shared_expert_gate"]
 
 
 def test_the_gate_and_its_gating_lengthen_a_shared_expert_models_step(h100) -> None:

@@ -171,7 +171,7 @@ def step_gemms(s: ShardSpec) -> list[StepGemm]:
         out.append(StepGemm("router", s.hidden, s.experts, s.moe_layers, "bf16", 2.0, False))
     if s.shared_width and s.moe_layers:
         out += _mlp("shared_", s.hidden, s.shared_width, up, s.moe_layers, quant, s.bnb)
-        out.append(StepGemm("shared_gate", s.hidden, 1, s.moe_layers, "bf16", 2.0, False))
+        out.append(StepGemm("shared_expert_gate", s.hidden, 1, s.moe_layers, "bf16", 2.0, False))
     return out
 
 
