@@ -49,7 +49,7 @@ from latsim.costmodel.ops import (
 )
 from latsim.costmodel.power import PowerCap, load_power_cap
 from latsim.costmodel.profile.interp import bilinear, bilinear_vec, interp1
-from latsim.costmodel.profile.tabulate import StepTables
+from latsim.costmodel.profile.tabulate import StepTables, shared_stream_summary
 from latsim.costmodel.shard import ShardSpec, shard_model
 from latsim.costmodel.spread import DecodeSpread, SpreadFactor, load_decode_spread
 
@@ -306,6 +306,7 @@ class CalibratedCostModel:
             "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype, "source": self.source,
             "fixed_costs": {k: getattr(self.fixed, k) for k in ("graph_base_s", "per_kernel_s", "step_s", "per_seq_s")},
             "fixed_cost_sources": dict(self.fixed.source), "notes": list(self.tables.notes),
+            "shared_experts": shared_stream_summary(self.shard, self.device),
             "power_cap": None if self.power is None else asdict(self.power),
             "decode_spread": None if self.spread is None else {"source": self.spread.source,
                                                                 "cv_full": self.spread.cv_full},

@@ -18,6 +18,7 @@ from latsim.costmodel.profile.tabulate import (
     shared_beside_s,
     shared_expert_s,
     shared_in_step_s,
+    shared_stream_summary,
 )
 from latsim.costmodel.shard import shard_model
 from latsim.paths import CALIBRATION
@@ -69,6 +70,7 @@ def test_no_second_stream_on_rocm_and_nothing_without_a_shared_expert(h100, qwen
     t = np.array([8.0])
     mi300x = load_device("mi300x")
     assert shared_in_step_s(h100, qwen15, t, mi300x)[0] == pytest.approx(shared_expert_s(h100, qwen15, t, mi300x)[0])
+    assert str(shared_stream_summary(qwen15, mi300x)["priced"]).startswith("alone")
     dense = shard_model(load_model("qwen3-30b-a3b"), 1, "bf16")
     assert shared_in_step_s(h100, dense, t, load_device("h100"))[0] == 0.0
     assert shared_expert_s(h100, replace(qwen15, shared_width=0), t, load_device("h100"))[0] == 0.0
@@ -103,3 +105,12 @@ def test_the_traced_blocks_bound_the_price() -> None:
         assert 0.7 * weights_us < r["extra"] <= r["model_extra"] * 1.02
         if r["seqs"] <= 128:
             assert r["saving"] > r["shared_alone"] / 3
+
+
+def test_the_cost_model_says_how_it_priced_the_shared_expert() -> None:
+    from latsim.costmodel.calibrated import load_calibrated
+
+    qwen, dense = load_model("qwen1.5-moe-a2.7b"), load_model("llama-3.1-8b")
+    said = load_calibrated(qwen, load_device("h100")).describe()["shared_experts"]
+    assert isinstance(said, dict) and said["second_stream_tokens"] == SHARED_STREAM_TOKENS
+    assert load_calibrated(dense, load_device("h100")).describe()["shared_experts"] is None

@@ -136,6 +136,17 @@ def shared_in_step_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) ->
     return np.where(t <= SHARED_STREAM_TOKENS, np.minimum(alone, shared_beside_s(s, t, device)), alone)
 
 
+
+def shared_stream_summary(s: ShardSpec, device: DeviceSpec) -> dict[str, object] | None:
+    """How the step prices a shared expert (for ``describe``): ``None`` without one."""
+    if not (s.shared_width and s.moe_layers):
+        return None
+    if device.vendor != "nvidia":
+        return {"priced": "alone (one stream: vLLM's second stream is CUDA-only)"}
+    return {"priced": f"beside the routed experts up to {SHARED_STREAM_TOKENS} tokens (vLLM's second CUDA stream): "
+                      "its bytes at the HBM bandwidth plus its FLOPs at the peak; alone above",
+            "second_stream_tokens": SHARED_STREAM_TOKENS}
+
 class StepGemm(NamedTuple):
     """One T-row GEMM of a step on one GPU: its operator name, shape, layer count and kernel."""
 
