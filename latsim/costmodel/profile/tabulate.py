@@ -90,7 +90,7 @@ def _act_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
 SHARED_STREAM_TOKENS = 256
 """vLLM 0.25.1 runs a MoE layer's shared expert on a second CUDA stream, beside the routed experts'
 top-k and kernels, in steps of at most this many tokens (``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD``'s
-default) on NVIDIA GPUs (``SharedExperts._determine_shared_experts_order``; not on ROCm).  Since
+default) on NVIDIA GPUs (``SharedExperts._determine_shared_experts_order``; not on ROCm or Gaudi).  Since
 256 is a captured CUDA-graph size, a graph step's padded size is under it exactly when its own is."""
 
 
@@ -136,7 +136,6 @@ def shared_in_step_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) ->
     return np.where(t <= SHARED_STREAM_TOKENS, np.minimum(alone, shared_beside_s(s, t, device)), alone)
 
 
-
 def shared_stream_summary(s: ShardSpec, device: DeviceSpec) -> dict[str, object] | None:
     """How the step prices a shared expert (for ``describe``): ``None`` without one."""
     if not (s.shared_width and s.moe_layers):
@@ -146,6 +145,7 @@ def shared_stream_summary(s: ShardSpec, device: DeviceSpec) -> dict[str, object]
     return {"priced": f"beside the routed experts up to {SHARED_STREAM_TOKENS} tokens (vLLM's second CUDA stream): "
                       "its bytes at the HBM bandwidth plus its FLOPs at the peak; alone above",
             "second_stream_tokens": SHARED_STREAM_TOKENS}
+
 
 class StepGemm(NamedTuple):
     """One T-row GEMM of a step on one GPU: its operator name, shape, layer count and kernel."""
