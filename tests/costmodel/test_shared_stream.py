@@ -114,3 +114,32 @@ def test_the_cost_model_says_how_it_priced_the_shared_expert() -> None:
     said = load_calibrated(qwen, load_device("h100")).describe()["shared_experts"]
     assert isinstance(said, dict) and said["second_stream_tokens"] == SHARED_STREAM_TOKENS
     assert load_calibrated(dense, load_device("h100")).describe()["shared_experts"] is None
+
+
+def _kernel(name: str, ts: float, dur: float, tid: int = 7) -> dict:
+    return {"name": name, "ts": ts, "dur": dur, "tid": tid, "cat": "kernel"}
+
+
+def test_a_layers_block_is_read_from_the_router_to_the_next_norm() -> None:
+    """scripts/shared_overlap.py's reading of one MoE layer, one stream and two."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("shared_overlap", ROOT / "scripts" / "shared_overlap.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    head = [_kernel("triton_red_fused_add_rms_norm_0", 0, 2), _kernel("triton_poi_fused_mm_t_1", 3, 1),
+            _kernel("nvjet_router", 5, 5)]
+    tail = [_kernel("triton_red_fused_add_fused_add_rms_norm_2", 200, 3)]
+    serial = [*head, _kernel("nvjet_shared_gate_up", 10, 20), _kernel("triton_poi_fused_mul_silu", 30, 2),
+              _kernel("nvjet_shared_down", 32, 10), _kernel("moeSoftmax", 45, 2), _kernel("moeTopK", 47, 3),
+              _kernel("fused_moe_kernel", 50, 100), _kernel("moe_sum_vec_kernel", 150, 2), *tail]
+    (one,) = mod.layer_blocks(serial)
+    assert one["wall"] == 190 and one["shared_wall"] == 35 and one["routed_wall"] == 155
+    assert (one["shared"], one["routing"], one["experts"], one["aux"]) == (32, 5, 102, 0)
+    overlap = [*head, _kernel("moeSoftmax", 10, 2), _kernel("nvjet_shared_gate_up", 11, 20, tid=99),
+               _kernel("moeTopK", 12, 6), _kernel("fused_moe_kernel", 18, 110),
+               _kernel("nvjet_shared_down", 31, 10, tid=99), _kernel("moe_sum_vec_kernel", 128, 2), *tail]
+    (two,) = mod.layer_blocks(overlap)
+    assert two["wall"] == 190 and two["aux"] == 30 and two["shared"] == 0 and two["routing"] == 8
+    assert two["shared_wall"] != two["shared_wall"]  # nan: no one-stream shared path to time
