@@ -32,8 +32,8 @@ import collections
 import csv
 import glob
 import gzip
+import io
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -101,20 +101,21 @@ def reduce(folder: Path) -> Path:
         by_seqs[seqs] += layer_blocks(kernels)
     if not by_seqs:
         raise SystemExit(f"{folder}: no MoE layers in torch/*.json.gz")
+    from latsim.atomic import atomic_write_text
+
+    text = io.StringIO()
+    w = csv.writer(text)
+    w.writerow(COLUMNS)
+    for seqs in sorted(by_seqs):
+        rows = by_seqs[seqs]
+        med = {k: float(np.nanmedian([r[k] for r in rows])) if any(r[k] == r[k] for r in rows) else float("nan")
+               for k in rows[0]}
+        wall = [r["wall"] for r in rows]
+        w.writerow([seqs, len(rows), *(f"{v:.2f}" for v in (
+            med["wall"], np.percentile(wall, 10), np.percentile(wall, 90), med["shared_wall"], med["routed_wall"],
+            med["routing"], med["experts"], med["shared"], med["aux"]))])
     out = folder / "moe_blocks.csv"
-    tmp = out.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(COLUMNS)
-        for seqs in sorted(by_seqs):
-            rows = by_seqs[seqs]
-            med = {k: float(np.nanmedian([r[k] for r in rows])) if any(r[k] == r[k] for r in rows) else float("nan")
-                   for k in rows[0]}
-            wall = [r["wall"] for r in rows]
-            w.writerow([seqs, len(rows), *(f"{v:.2f}" for v in (
-                med["wall"], np.percentile(wall, 10), np.percentile(wall, 90), med["shared_wall"], med["routed_wall"],
-                med["routing"], med["experts"], med["shared"], med["aux"]))])
-    os.replace(tmp, out)
+    atomic_write_text(out, text.getvalue())
     return out
 
 
@@ -130,12 +131,13 @@ def compare(serial: Path, overlap: Path, device: str) -> list[dict[str, float]]:
     from latsim.costmodel.profile.regressors import load_predictors
     from latsim.costmodel.profile.tabulate import shared_beside_s, shared_expert_s
     from latsim.costmodel.shard import shard_model
+    from latsim.paths import CALIBRATION
 
     model = json.loads((serial / "timings.json").read_text())["argv"]
     name = model[model.index("--model") + 1]
     dev = load_device(device)
     shard = shard_model(load_model(name))
-    predictors = load_predictors(Path(__file__).resolve().parents[1] / "latsim/data/calibration" / device)
+    predictors = load_predictors(CALIBRATION / device)
     one, two = read_blocks(serial), read_blocks(overlap)
     rows = []
     for seqs in sorted(set(one) & set(two)):

@@ -22,6 +22,7 @@ from latsim.costmodel.profile.tabulate import (
 )
 from latsim.costmodel.shard import shard_model
 from latsim.paths import CALIBRATION
+from tests.script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "data" / "traces" / "h100" / "s53"
@@ -30,6 +31,11 @@ TRACES = ROOT / "data" / "traces" / "h100" / "s53"
 @pytest.fixture(scope="module")
 def h100():
     return load_predictors(CALIBRATION / "h100")
+
+
+@pytest.fixture(scope="module")
+def shared_overlap():
+    return load_script(Path("shared_overlap.py"))
 
 
 @pytest.fixture(scope="module")
@@ -87,17 +93,11 @@ def test_the_step_drops_what_the_second_stream_hides(h100, qwen15) -> None:
     assert step[0] - bare[0] == pytest.approx(shared_beside_s(qwen15, t, device)[0], rel=1e-9)
 
 
-def test_the_traced_blocks_bound_the_price() -> None:
+def test_the_traced_blocks_bound_the_price(shared_overlap) -> None:
     """The H100's traces (scripts/shared_overlap.py): what the shared path added beside the routed
     one lies below the model's upper bound and above the weights' bytes at 70 % of the bandwidth;
     the second stream saved at least a third of the shared path's one-stream wall up to 128 tokens."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("shared_overlap", ROOT / "scripts" / "shared_overlap.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    rows = mod.compare(TRACES / "serial-qwen1.5-moe-a2.7b", TRACES / "overlap-qwen1.5-moe-a2.7b", "h100")
+    rows = shared_overlap.compare(TRACES / "serial-qwen1.5-moe-a2.7b", TRACES / "overlap-qwen1.5-moe-a2.7b", "h100")
     assert [r["seqs"] for r in rows] == [8, 32, 64, 128, 256]
     s = shard_model(load_model("qwen1.5-moe-a2.7b"), 1, "bf16")
     weights_us = 3.0 * s.hidden * s.shared_width * 2.0 / load_device("h100").hbm_bandwidth * 1e6
@@ -120,26 +120,20 @@ def _kernel(name: str, ts: float, dur: float, tid: int = 7) -> dict:
     return {"name": name, "ts": ts, "dur": dur, "tid": tid, "cat": "kernel"}
 
 
-def test_a_layers_block_is_read_from_the_router_to_the_next_norm() -> None:
+def test_a_layers_block_is_read_from_the_router_to_the_next_norm(shared_overlap) -> None:
     """scripts/shared_overlap.py's reading of one MoE layer, one stream and two."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("shared_overlap", ROOT / "scripts" / "shared_overlap.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     head = [_kernel("triton_red_fused_add_rms_norm_0", 0, 2), _kernel("triton_poi_fused_mm_t_1", 3, 1),
             _kernel("nvjet_router", 5, 5)]
     tail = [_kernel("triton_red_fused_add_fused_add_rms_norm_2", 200, 3)]
     serial = [*head, _kernel("nvjet_shared_gate_up", 10, 20), _kernel("triton_poi_fused_mul_silu", 30, 2),
               _kernel("nvjet_shared_down", 32, 10), _kernel("moeSoftmax", 45, 2), _kernel("moeTopK", 47, 3),
               _kernel("fused_moe_kernel", 50, 100), _kernel("moe_sum_vec_kernel", 150, 2), *tail]
-    (one,) = mod.layer_blocks(serial)
+    (one,) = shared_overlap.layer_blocks(serial)
     assert one["wall"] == 190 and one["shared_wall"] == 35 and one["routed_wall"] == 155
     assert (one["shared"], one["routing"], one["experts"], one["aux"]) == (32, 5, 102, 0)
     overlap = [*head, _kernel("moeSoftmax", 10, 2), _kernel("nvjet_shared_gate_up", 11, 20, tid=99),
                _kernel("moeTopK", 12, 6), _kernel("fused_moe_kernel", 18, 110),
                _kernel("nvjet_shared_down", 31, 10, tid=99), _kernel("moe_sum_vec_kernel", 128, 2), *tail]
-    (two,) = mod.layer_blocks(overlap)
+    (two,) = shared_overlap.layer_blocks(overlap)
     assert two["wall"] == 190 and two["aux"] == 30 and two["shared"] == 0 and two["routing"] == 8
     assert two["shared_wall"] != two["shared_wall"]  # nan: no one-stream shared path to time
