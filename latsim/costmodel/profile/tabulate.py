@@ -126,12 +126,18 @@ def shared_beside_s(s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
     return s.moe_layers * (nbytes / device.hbm_bandwidth + flops / device.flops_for(s.gemm_dtype))
 
 
+def runs_second_stream(s: ShardSpec, device: DeviceSpec) -> bool:
+    """Whether vLLM runs this shard's shared experts on the second stream (up to
+    :data:`SHARED_STREAM_TOKENS`): a model with a shared expert on an NVIDIA GPU."""
+    return bool(s.shared_width and s.moe_layers) and device.vendor == "nvidia"
+
+
 def shared_in_step_s(p: Predictors, s: ShardSpec, t: Arr, device: DeviceSpec) -> Arr:
     """The shared experts' seconds in a step of ``t`` tokens: beside the routed experts
     (:func:`shared_beside_s`, never more than alone) up to :data:`SHARED_STREAM_TOKENS` on an
     NVIDIA GPU, alone (:func:`shared_expert_s`) otherwise."""
     alone = shared_expert_s(p, s, t, device)
-    if device.vendor != "nvidia" or not (s.shared_width and s.moe_layers):
+    if not runs_second_stream(s, device):
         return alone
     return np.where(t <= SHARED_STREAM_TOKENS, np.minimum(alone, shared_beside_s(s, t, device)), alone)
 
@@ -140,7 +146,7 @@ def shared_stream_summary(s: ShardSpec, device: DeviceSpec) -> dict[str, object]
     """How the step prices a shared expert (for ``describe``): ``None`` without one."""
     if not (s.shared_width and s.moe_layers):
         return None
-    if device.vendor != "nvidia":
+    if not runs_second_stream(s, device):
         return {"priced": "alone (one stream: vLLM's second stream is CUDA-only)"}
     return {"priced": f"beside the routed experts up to {SHARED_STREAM_TOKENS} tokens (vLLM's second CUDA stream): "
                       "its bytes at the HBM bandwidth plus its FLOPs at the peak; alone above",
