@@ -26,6 +26,16 @@ prints, per level, the mean of each part in milliseconds (means add up to the me
 medians do not), measured and simulated, ``before_output`` (``front_end + queue + prefill``:
 arrival to the engine's output of the first token), and the TTFT's median and p90.
 
+    python scripts/ttft_parts.py data/validation/h100-s51/qwen1.5-moe-a2.7b-mix --by-graph [--host-speed probe]
+
+splits each level's requests instead by whether the prompt's uncomputed tokens fit the run's
+CUDA graphs (``graph``: at most the graph limit, ``launch_gaps.graph_limit``) or not (``eager``:
+its step runs without graphs, launch-bound on a small GPU load) and prints each group's TTFT
+median, measured and simulated, beside the whole level's.  It needs no engine-side times.  A
+level whose prompts straddle the limit has a TTFT of two modes; its median falls in the gap or
+at the edge of the upper mode, where a few requests moving between the modes move it far, so
+each mode's median says where the model is off and the level's median alone may not.
+
 The two sides end ``queue`` at different events.  vLLM stamps ``scheduled`` when its scheduler
 puts the request in a step; under asynchronous scheduling that is one step before the step
 runs (decided while the step before it is still on the GPU), and the engine core takes a new
@@ -43,8 +53,11 @@ import argparse
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+
 import numpy as np
 import pandas as pd
+from launch_gaps import graph_limit  # type: ignore[import-not-found]
 
 from latsim.deployment import resolve_engine
 from latsim.measure.records import load_run
@@ -101,20 +114,49 @@ def level_rows(run_dir: Path, host_speed: float | str) -> list[dict[str, object]
     return rows
 
 
+def graph_groups(records: pd.DataFrame, limit: int) -> dict[str, pd.Series]:
+    """The ``ok`` requests' TTFTs (seconds): all, those whose prompt's uncomputed tokens fit a
+    CUDA graph of ``limit`` tokens (``graph``) and the rest (``eager``)."""
+    ok = records[records["status"] == "ok"]
+    ttft = ok["first_token_s"] - ok["arrival_s"]
+    new = ok["input_tokens"] - ok["cached_tokens"].fillna(0)
+    return {"all": ttft, "graph": ttft[new <= limit], "eager": ttft[new > limit]}
+
+
+def graph_rows(run_dir: Path, host_speed: float | str) -> list[dict[str, object]]:
+    """One row per side of one level: the TTFT median (ms) and count of all its requests and of
+    each graph group (:func:`graph_groups`, at the run's own graph limit)."""
+    m = load_run(run_dir)
+    cmp = compare_run(run_dir, recorded_device(m.meta) or "h200", host_speed=host_speed)
+    limit = graph_limit(m.meta)
+    rows = []
+    for side, records in (("measured", cmp.measured_records), ("simulated", cmp.predicted_records)):
+        row: dict[str, object] = {"level": cmp.level, "side": side, "limit": limit}
+        for name, ttft in graph_groups(records, limit).items():
+            row[f"n_{name}"] = len(ttft)
+            row[f"p50_{name}"] = 1e3 * float(ttft.median()) if len(ttft) else float("nan")
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path, help="a run directory or a folder of them")
     ap.add_argument("--host-speed", default="1", help="a number, or 'probe' (the run's own host probe)")
+    ap.add_argument("--by-graph", action="store_true",
+                    help="the TTFT median of prompts that fit the CUDA graphs and of those that do not")
     args = ap.parse_args(argv)
     speed: float | str = args.host_speed if args.host_speed == "probe" else float(args.host_speed)
+    rows_of = graph_rows if args.by_graph else level_rows
     try:
-        rows = [r for run in find_runs(args.root) for r in level_rows(run, speed)]
+        rows = [r for run in find_runs(args.root) for r in rows_of(run, speed)]
     except (ValueError, FileNotFoundError) as exc:
         sys.exit(str(exc))
     if not rows:
         sys.exit(f"{args.root}: no run with engine-side times (vLLM's request stats) under it")
     table = pd.DataFrame(rows)
-    cols = ["level", "side", "n", *PARTS, "before_output", "ttft_p50", "ttft_p90"]
+    cols = (["level", "side", "limit", "n_all", "p50_all", "n_graph", "p50_graph", "n_eager", "p50_eager"]
+            if args.by_graph else ["level", "side", "n", *PARTS, "before_output", "ttft_p50", "ttft_p90"])
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.1f}"))
 
 

@@ -59,3 +59,29 @@ def test_before_output_is_the_sum_of_the_engine_side_parts() -> None:
         parts = row["front_end"] + row["queue"] + row["prefill"]
         assert row["before_output"] == pytest.approx(parts)
         assert row["before_output"] + row["output"] == pytest.approx(row["ttft"])
+
+
+def test_graph_groups_split_at_the_limit_on_uncomputed_tokens() -> None:
+    records = pd.DataFrame({
+        "status": ["ok", "ok", "ok", "ok", "error"], "arrival_s": [0.0, 1.0, 2.0, 3.0, 4.0],
+        "first_token_s": [0.02, 1.05, 2.03, 3.06, np.nan], "input_tokens": [512, 513, 1500, 2000, 100],
+        "cached_tokens": [0, 0, 1024, np.nan, 0],
+    })
+    groups = parts_script.graph_groups(records, 512)
+    assert len(groups["all"]) == 4
+    # 512 fits; 1,500 with 1,024 cached leaves 476 to compute: it fits too; 513 and 2,000 do not.
+    assert groups["graph"].round(3).tolist() == [0.02, 0.03]
+    assert groups["eager"].round(3).tolist() == [0.05, 0.06]
+
+
+def test_by_graph_prints_both_groups_for_both_sides(capsys: pytest.CaptureFixture[str]) -> None:
+    run = (Path(__file__).resolve().parents[2] / "data" / "validation" / "h100-s51" / "qwen1.5-moe-a2.7b-mix"
+           / "f0.25")
+    parts_script.main([str(run), "--by-graph"])
+    out = capsys.readouterr().out
+    assert "p50_graph" in out and "p50_eager" in out
+    rows = parts_script.graph_rows(run, 1.0)
+    assert [r["side"] for r in rows] == ["measured", "simulated"]
+    for row in rows:
+        assert row["limit"] == 512 and row["n_graph"] + row["n_eager"] == row["n_all"]
+        assert row["p50_graph"] < row["p50_all"] < row["p50_eager"]
