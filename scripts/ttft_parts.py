@@ -31,7 +31,8 @@ arrival to the engine's output of the first token), and the TTFT's median and p9
 splits each level's requests instead by whether the prompt's uncomputed tokens fit the run's
 CUDA graphs (``graph``: at most the graph limit, ``launch_gaps.graph_limit``) or not (``eager``:
 its step runs without graphs, launch-bound on a small GPU load) and prints each group's TTFT
-median, measured and simulated, beside the whole level's.  It needs no engine-side times.  A
+median, measured and simulated, beside the whole level's, and over a folder of runs the pooled
+errors per level name (``pooled_graph_errors``).  It needs no engine-side times.  A
 level whose prompts straddle the limit has a TTFT of two modes; its median falls in the gap or
 at the edge of the upper mode, where a few requests moving between the modes move it far, so
 each mode's median says where the model is off and the level's median alone may not.
@@ -129,14 +130,37 @@ def graph_rows(run_dir: Path, host_speed: float | str) -> list[dict[str, object]
     m = load_run(run_dir)
     cmp = compare_run(run_dir, recorded_device(m.meta) or "h200", host_speed=host_speed)
     limit = graph_limit(m.meta)
-    rows = []
+    rows, run = [], f"{run_dir.parent.parent.name}/{run_dir.parent.name}"
     for side, records in (("measured", cmp.measured_records), ("simulated", cmp.predicted_records)):
-        row: dict[str, object] = {"level": cmp.level, "side": side, "limit": limit}
+        row: dict[str, object] = {"run": run, "level": cmp.level, "side": side, "limit": limit}
         for name, ttft in graph_groups(records, limit).items():
             row[f"n_{name}"] = len(ttft)
             row[f"p50_{name}"] = 1e3 * float(ttft.median()) if len(ttft) else float("nan")
         rows.append(row)
     return rows
+
+
+MODES = ("all", "graph", "eager")
+MIN_MODE = 5
+"""A level enters the pooled errors only with at least this many requests in each mode."""
+
+
+def pooled_graph_errors(table: pd.DataFrame) -> pd.DataFrame:
+    """Per level name, over the levels of :func:`graph_rows` rows with both modes (``MIN_MODE``
+    requests each, measured): the count and the median signed and absolute error (percent, the
+    simulated median over the measured) of the level's TTFT median and of each mode's."""
+    sides = table.set_index(["run", "level", "side"]).unstack("side")
+    both = sides[(sides[("n_graph", "measured")] >= MIN_MODE) & (sides[("n_eager", "measured")] >= MIN_MODE)]
+    errors = pd.DataFrame({m: 100 * (both[(f"p50_{m}", "simulated")] / both[(f"p50_{m}", "measured")] - 1)
+                           for m in MODES})
+    rows = []
+    for level, group in errors.groupby(level="level"):
+        row: dict[str, object] = {"level": level, "levels": len(group)}
+        for m in MODES:
+            row[f"{m}_signed"] = float(group[m].median())
+            row[f"{m}_abs"] = float(group[m].abs().median())
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,19 +169,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host-speed", default="1", help="a number, or 'probe' (the run's own host probe)")
     ap.add_argument("--by-graph", action="store_true",
                     help="the TTFT median of prompts that fit the CUDA graphs and of those that do not")
+    ap.add_argument("--levels", default="", help="only these level names, comma-separated (e.g. f0.25,f0.50)")
     args = ap.parse_args(argv)
     speed: float | str = args.host_speed if args.host_speed == "probe" else float(args.host_speed)
     rows_of = graph_rows if args.by_graph else level_rows
+    wanted = {name for name in args.levels.split(",") if name}
     try:
-        rows = [r for run in find_runs(args.root) for r in rows_of(run, speed)]
+        runs = [run for run in find_runs(args.root) if not wanted or run.name in wanted]
+        rows = [r for run in runs for r in rows_of(run, speed)]
     except (ValueError, FileNotFoundError) as exc:
         sys.exit(str(exc))
     if not rows:
         sys.exit(f"{args.root}: no run with engine-side times (vLLM's request stats) under it")
     table = pd.DataFrame(rows)
-    cols = (["level", "side", "limit", "n_all", "p50_all", "n_graph", "p50_graph", "n_eager", "p50_eager"]
+    cols = (["run", "level", "side", "limit", "n_all", "p50_all", "n_graph", "p50_graph", "n_eager", "p50_eager"]
             if args.by_graph else ["level", "side", "n", *PARTS, "before_output", "ttft_p50", "ttft_p90"])
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.1f}"))
+    if args.by_graph and len(runs) > 1:
+        print("\npooled over levels with both modes (percent, simulated over measured):")
+        print(pooled_graph_errors(table).to_string(index=False, float_format=lambda x: f"{x:.1f}"))
 
 
 if __name__ == "__main__":

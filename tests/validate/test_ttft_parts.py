@@ -85,3 +85,20 @@ def test_by_graph_prints_both_groups_for_both_sides(capsys: pytest.CaptureFixtur
     for row in rows:
         assert row["limit"] == 512 and row["n_graph"] + row["n_eager"] == row["n_all"]
         assert row["p50_graph"] < row["p50_all"] < row["p50_eager"]
+
+
+def test_pooled_errors_keep_levels_with_both_modes_and_take_medians() -> None:
+    def side(run: str, side: str, p50s: tuple[float, float, float], n_eager: int = 10) -> dict[str, object]:
+        return {"run": run, "level": "f0.25", "side": side, "n_all": 10 + n_eager, "n_graph": 10,
+                "n_eager": n_eager, "p50_all": p50s[0], "p50_graph": p50s[1], "p50_eager": p50s[2]}
+
+    table = pd.DataFrame([
+        side("a", "measured", (40.0, 20.0, 50.0)), side("a", "simulated", (36.0, 21.0, 45.0)),
+        side("b", "measured", (40.0, 20.0, 50.0)), side("b", "simulated", (44.0, 19.0, 55.0)),
+        side("c", "measured", (40.0, 20.0, 50.0), n_eager=2), side("c", "simulated", (80.0, 40.0, 100.0), n_eager=2),
+    ])
+    pooled = parts_script.pooled_graph_errors(table)
+    assert pooled["levels"].tolist() == [2]   # "c" has two graph-less prompts: left out
+    row = pooled.iloc[0]
+    assert row["all_signed"] == pytest.approx(0.0) and row["all_abs"] == pytest.approx(10.0)
+    assert row["graph_abs"] == pytest.approx(5.0) and row["eager_abs"] == pytest.approx(10.0)
