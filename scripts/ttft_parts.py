@@ -176,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
     wanted = {name for name in args.levels.split(",") if name}
     try:
         runs = [run for run in find_runs(args.root) if not wanted or run.name in wanted]
+        if not runs:
+            sys.exit(f"{args.root}: no level named {', '.join(sorted(wanted))} under it")
         rows = [r for run in runs for r in rows_of(run, speed)]
     except (ValueError, FileNotFoundError) as exc:
         sys.exit(str(exc))

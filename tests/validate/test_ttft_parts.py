@@ -102,3 +102,9 @@ def test_pooled_errors_keep_levels_with_both_modes_and_take_medians() -> None:
     row = pooled.iloc[0]
     assert row["all_signed"] == pytest.approx(0.0) and row["all_abs"] == pytest.approx(10.0)
     assert row["graph_abs"] == pytest.approx(5.0) and row["eager_abs"] == pytest.approx(10.0)
+
+
+def test_levels_that_match_nothing_are_named_in_the_error() -> None:
+    run = Path(__file__).resolve().parents[2] / "data" / "validation" / "h100-s51" / "qwen1.5-moe-a2.7b-mix"
+    with pytest.raises(SystemExit, match=r"no level named f0\.33 under it"):
+        parts_script.main([str(run), "--by-graph", "--levels", "f0.33"])
