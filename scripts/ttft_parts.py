@@ -29,7 +29,7 @@ arrival to the engine's output of the first token), and the TTFT's median and p9
     python scripts/ttft_parts.py data/validation/h100-s51/qwen1.5-moe-a2.7b-mix --by-graph [--host-speed probe]
 
 splits each level's requests instead by whether the prompt's uncomputed tokens fit the run's
-CUDA graphs (``graph``: at most the graph limit, ``launch_gaps.graph_limit``) or not (``eager``:
+CUDA graphs (``graph``: at most the replayed engine's graph limit, ``graph_tokens``) or not (``eager``:
 its step runs without graphs, launch-bound on a small GPU load) and prints each group's TTFT
 median, measured and simulated, beside the whole level's, and over a folder of runs the pooled
 errors per level name (``pooled_graph_errors``).  It needs no engine-side times.  A
@@ -54,13 +54,11 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
 import numpy as np
 import pandas as pd
-from launch_gaps import graph_limit  # type: ignore[import-not-found]
 
 from latsim.deployment import resolve_engine
+from latsim.engines.vllm.engine import graph_tokens
 from latsim.measure.records import load_run
 from latsim.sim.simulate import default_cost_model
 from latsim.validate.compare import compare_run, find_runs, recorded_device
@@ -126,10 +124,10 @@ def graph_groups(records: pd.DataFrame, limit: int) -> dict[str, pd.Series]:
 
 def graph_rows(run_dir: Path, host_speed: float | str) -> list[dict[str, object]]:
     """One row per side of one level: the TTFT median (ms) and count of all its requests and of
-    each graph group (:func:`graph_groups`, at the run's own graph limit)."""
+    each graph group (:func:`graph_groups`, at the graph limit of the engine the replay runs)."""
     m = load_run(run_dir)
     cmp = compare_run(run_dir, recorded_device(m.meta) or "h200", host_speed=host_speed)
-    limit = graph_limit(m.meta)
+    limit = graph_tokens(resolve_engine(cmp.deployment))
     rows, run = [], f"{run_dir.parent.parent.name}/{run_dir.parent.name}"
     for side, records in (("measured", cmp.measured_records), ("simulated", cmp.predicted_records)):
         row: dict[str, object] = {"run": run, "level": cmp.level, "side": side, "limit": limit}
