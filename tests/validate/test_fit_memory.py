@@ -39,14 +39,16 @@ def test_the_shipped_coefficients_are_the_fits(fit_memory, starts):
 
 
 def test_every_fitted_start_within_a_fifth_of_a_percent_of_its_kv_cache(fit_memory, starts):
-    """The fitted starts within 0.2 % of their KV cache, the held-out live starts within 0.5 %
-    (Gemma-2-9B's, the first held out with a 256k vocabulary and head dim 256, reads -0.43 %: 0.23 GiB
-    more predicted besides the KV cache; Gemma-3-27B's vision tower is counted apart and left out)."""
-    rows = fit_memory.report(starts, fit_memory.fit(starts))
-    fitted = [row for row in rows if row["role"] == "fit"]
-    held = [row for row in rows if row["role"] == "held out" and row["model"] != "gemma-3-27b"]
-    assert len(fitted) >= 15 and not [row for row in fitted if abs(row["kv_capacity_error_pct"]) > 0.2]
-    assert len(held) >= 7 and not [row for row in held if abs(row["kv_capacity_error_pct"]) > 0.5]
+    """Every fitted and held-out start within 0.2 % of its KV cache but the known misses: Gemma-3-27B
+    (its vision tower counted apart) left out, Gemma-2-9B (held out; the first with a 256k
+    vocabulary on the V2 runner besides it) within 0.5 %: it reads -0.43 %, 0.23 GiB more
+    predicted besides the KV cache (``data/memory/README.md``)."""
+    coefficients = fit_memory.fit(starts)
+    fitted = [row for row in fit_memory.report(starts, coefficients) if row["role"] in ("fit", "held out")]
+    bound = {"gemma-2-9b": 0.5}
+    worst = [row for row in fitted if row["model"] != "gemma-3-27b"
+             and abs(row["kv_capacity_error_pct"]) > bound.get(row["model"], 0.2)]
+    assert len(fitted) >= 20 and not worst
 
 
 def test_the_fit_leaves_out_what_it_does_not_model(fit_memory, starts):
