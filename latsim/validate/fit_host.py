@@ -80,9 +80,12 @@ def errors(replay: Replay, host: HostOverhead) -> np.ndarray:
 
 
 FIELDS = TERMS
-DENSE_FIELDS = ("frontend_s", "gpu_scale", "eager_layer_s")
+DENSE_FIELDS = ("gpu_scale", "eager_layer_s")
 """The terms a dense model's Poisson runs are fitted for; the host time per step and per sequence
-and the launch terms are measured (``scripts/host_steps.py``, ``scripts/launch_gaps.py``)."""
+and the launch terms are measured (``scripts/host_steps.py``, ``scripts/launch_gaps.py``).
+``frontend_s`` is held: freed beside ``eager_layer_s`` the two trade against each other (one
+start's fit moves it 1-5 ms, ``scripts/dense_fit_stability.py``), and the engine's own stamps
+measure it (``scripts/frontend_path.py``)."""
 
 
 def fit_host(replays: list[Replay], start: HostOverhead,
