@@ -14,6 +14,7 @@
 #   bash scripts/device_fidelity.sh probe        # a long prefill chunk: alone, beside decodes, sustained
 #   bash scripts/device_fidelity.sh decode       # decode attention: the context staircase, spread and scattered blocks
 #   bash scripts/device_fidelity.sh mixed        # decode rows inside a prompt's attention call against decode-only calls
+#   bash scripts/device_fidelity.sh pbatch       # several prompts' chunks in one attention call against each alone
 #   bash scripts/device_fidelity.sh skew         # decode attention over spread contexts (long-prompt serving) and equal ones
 #   bash scripts/device_fidelity.sh power        # kernels at the power cap: fresh against sustained, duty cycles
 #   bash scripts/device_fidelity.sh int4         # 4-bit Machete with and without zero points, bursts and sustained
@@ -111,6 +112,12 @@ mixed() {
   unpack || return 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   python3 scripts/device_mixed_probe.py --out "$OUT" "$@"
+}
+
+pbatch() {
+  unpack || return 1
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  python3 scripts/device_prefill_batch_probe.py --out "$OUT" "$@"
 }
 
 skew() {
