@@ -36,10 +36,13 @@ MAX_TOKENS = 16384
 """The largest step probed (``n x q``)."""
 
 
-def probe(ctx: Any) -> list[dict[str, Any]]:
-    rows = []
-    for shape, heads in SHAPES.items():
-        for cached in CONTEXTS:
+def probe(ctx: Any, shapes: list[str], contexts: list[int], out: Path) -> list[dict[str, Any]]:
+    """Time every shape's chunks; ``out`` is rewritten after each shape, so a run cut short
+    keeps what it measured."""
+    rows: list[dict[str, Any]] = []
+    for shape in shapes:
+        heads = SHAPES[shape]
+        for cached in contexts:
             for q in CHUNKS:
                 alone = time_paged(ctx, heads, [q], [q + cached])["us"]
                 for n in COUNTS:
@@ -50,16 +53,23 @@ def probe(ctx: Any) -> list[dict[str, Any]]:
                                  "ctx": cached, "n": n, "alone_us": alone, "batched_us": batched})
                     print(f"{shape:>13} q={q:5d} ctx={cached:5d} n={n:3d}  alone {alone:8.1f}  batched "
                           f"{batched:9.1f} us  batched / (n x alone) {batched / (n * alone):6.3f}", flush=True)
+        out.write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0), "shapes": SHAPES, "rows": rows}))
     return rows
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
+    p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)), help="cached tokens before each chunk")
     args = p.parse_args()
+    shapes = [s for s in args.shapes.split(",") if s]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown or not shapes:
+        p.error(f"--shapes {args.shapes!r}: choose from {', '.join(SHAPES)}")
+    contexts = [int(c) for c in args.contexts.split(",") if c]
     ctx = make_context("cuda")
-    result = {"gpu": ctx.torch.cuda.get_device_name(0), "shapes": SHAPES, "rows": probe(ctx)}
-    Path(args.out, "prefill_batch_probe.json").write_text(json.dumps(result))
+    probe(ctx, shapes, contexts, Path(args.out, "prefill_batch_probe.json"))
 
 
 if __name__ == "__main__":
