@@ -9,7 +9,8 @@ is the engine's time per prompt token: its prefill throughput, GPU-bound where t
 large.  The slope is read over the middle 80 % of the requests (the first steps carry no decode
 rows, the last few the stragglers), on the measured run and on the simulator's replay of it
 (``latsim validate``'s replay), and their ratio says how the cost model prices a prompt-heavy step
-of this deployment: 1.00 exact, above 1 too slow.
+of this deployment: 1.00 exact, above 1 too slow.  Where the run's deadline cut requests off, both
+sides are read over the requests the live engine finished (as ``latsim validate`` compares them).
 
 Prints one line per burst (device, run, slopes in microseconds per prompt token, ratio) and the
 median ratio per model and device.
@@ -56,7 +57,9 @@ def burst_row(run: Path, host_speed: float | str) -> dict[str, object]:
     meta = read_meta(run)
     device = recorded_device(meta) or "h200"
     cmp = compare_run(run, device, host_speed=host_speed)
-    measured, predicted = prefill_slope(cmp.measured_records), prefill_slope(cmp.predicted_records)
+    done = np.flatnonzero(cmp.measured_records["status"].to_numpy() == "ok")  # rows = the trace's positions
+    replayed = cmp.predicted_records[np.isin(cmp.predicted_records["request_id"].to_numpy(), done)]
+    measured, predicted = prefill_slope(cmp.measured_records), prefill_slope(replayed)
     return {"device": device, "run": str(run), "model": cmp.deployment.model.name, "tp": cmp.deployment.tp,
             "measured_us": 1e6 * measured, "predicted_us": 1e6 * predicted, "ratio": predicted / measured}
 

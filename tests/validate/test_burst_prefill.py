@@ -67,3 +67,12 @@ def test_a_live_burst_reads_its_measured_and_replayed_slopes() -> None:
     assert 20.0 < float(row["measured_us"]) < 27.0
     assert float(row["ratio"]) == pytest.approx(float(row["predicted_us"]) / float(row["measured_us"]))
     assert 0.95 < float(row["ratio"]) < 1.05
+
+
+def test_a_burst_cut_off_by_its_deadline_is_read_over_the_requests_it_finished() -> None:
+    """Gemma-3-27B's long prompts on the H200: 13 of 100 finished before the run's deadline; over
+    every replayed request the replay's slope would take in 87 the live run never measured (0.22)."""
+    run = Path(__file__).resolve().parents[2] / "data/validation/h200-s40/gemma-3-27b-long/burst"
+    row = burst.burst_row(run, "probe")
+    assert row["device"] == "h200"
+    assert 0.9 < float(row["ratio"]) < 1.1
