@@ -2,10 +2,11 @@
 and on all but one (that one held out), and compare.
 
     python scripts/dense_fit_stability.py [--group h100=h100-s41/llama-3\\.1-8b-(mix|fixed) ...]
-        [--free frontend_s,gpu_scale,eager_layer_s] [--host-speed probe] [--out build/dense-stability.json]
+        [--free gpu_scale,eager_layer_s] [--host-speed probe] [--out build/dense-stability.json]
 
-``scripts/fit_engine_host.py`` fits the dense terms (``frontend_s``, ``gpu_scale``,
-``eager_layer_s``) on one start's levels.  This study asks whether that is enough: a term that
+``scripts/fit_engine_host.py`` fits the dense terms (:data:`~latsim.validate.fit_host.DENSE_FIELDS`,
+the default ``--free``; until the fifty-sixth session ``frontend_s`` too) on one start's levels.
+This study asks whether that is enough: a term that
 moves by more between starts than the errors it buys is not measured by one start.  Each
 ``--group DEVICE=REGEX`` names one engine start's (or one machine's) Poisson levels, replayed
 on DEVICE's cost model at each level's host probe (``--host-speed probe``: the terms come out
