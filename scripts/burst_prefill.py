@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from latsim.atomic import atomic_write_text
 from latsim.measure.records import read_meta
 from latsim.validate.compare import compare_run, find_runs, host_speed_option, recorded_device
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {device:5s} {model:24s} TP{tp}  {np.median(ratios):.3f}  ({len(ratios)} bursts, "
               f"{min(ratios):.3f}-{max(ratios):.3f})")
     if args.csv is not None:
-        pd.DataFrame(rows).to_csv(args.csv, index=False)
+        atomic_write_text(args.csv, pd.DataFrame(rows).to_csv(index=False))
 
 
 if __name__ == "__main__":

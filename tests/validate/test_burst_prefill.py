@@ -76,3 +76,12 @@ def test_a_burst_cut_off_by_its_deadline_is_read_over_the_requests_it_finished()
     row = burst.burst_row(run, "probe")
     assert row["device"] == "h200"
     assert 0.9 < float(row["ratio"]) < 1.1
+
+
+def test_the_csv_holds_one_row_per_burst(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parents[2] / "data/validation/h100-s51/llama-3.1-8b-fixed-in512-out128"
+    out = tmp_path / "bursts.csv"
+    burst.main([str(root), "--csv", str(out)])
+    table = pd.read_csv(out)
+    assert list(table["model"]) == ["llama-3.1-8b"] and {"measured_us", "predicted_us", "ratio"} <= set(table.columns)
+    assert "median replayed / measured" in capsys.readouterr().out
