@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from latsim.atomic import atomic_write_text
 from latsim.calibration.attention import time_paged
 from latsim.calibration.context import make_context
 
@@ -53,7 +54,7 @@ def probe(ctx: Any, shapes: list[str], contexts: list[int], out: Path) -> list[d
                                  "ctx": cached, "n": n, "alone_us": alone, "batched_us": batched})
                     print(f"{shape:>13} q={q:5d} ctx={cached:5d} n={n:3d}  alone {alone:8.1f}  batched "
                           f"{batched:9.1f} us  batched / (n x alone) {batched / (n * alone):6.3f}", flush=True)
-        out.write_text(json.dumps({"gpu": ctx.torch.cuda.get_device_name(0), "shapes": SHAPES, "rows": rows}))
+        atomic_write_text(out, json.dumps({"gpu": ctx.torch.cuda.get_device_name(0), "shapes": SHAPES, "rows": rows}))
     return rows
 
 
