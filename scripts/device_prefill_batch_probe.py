@@ -28,7 +28,7 @@ from latsim.calibration.attention import time_paged
 from latsim.calibration.context import make_context
 
 SHAPES = {"gemma-2-9b": (16, 8, 256), "llama-8b": (32, 8, 128), "llama-8b-tp2": (16, 4, 128),
-          "llama-70b-tp4": (16, 2, 128), "phi-3-mini": (32, 32, 96)}
+          "llama-70b-tp4": (16, 2, 128), "phi-3-mini": (32, 32, 96), "llama-1b": (32, 8, 64)}
 """(query heads, KV heads, head dim) on one GPU."""
 CHUNKS = (128, 256, 512, 1024, 2048)
 COUNTS = (1, 2, 4, 8, 16)
