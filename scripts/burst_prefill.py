@@ -28,7 +28,7 @@ import pandas as pd
 
 from latsim.atomic import atomic_write_text
 from latsim.measure.records import read_meta
-from latsim.validate.compare import compare_run, find_runs, host_speed_option, recorded_device
+from latsim.validate.compare import compare_run, find_runs, finished_live, host_speed_option, recorded_device
 
 MIDDLE = (0.1, 0.9)
 """The share of a burst's requests, in TTFT order, the slope is fitted over."""
@@ -58,8 +58,7 @@ def burst_row(run: Path, host_speed: float | str) -> dict[str, object]:
     meta = read_meta(run)
     device = recorded_device(meta) or "h200"
     cmp = compare_run(run, device, host_speed=host_speed)
-    done = np.flatnonzero(cmp.measured_records["status"].to_numpy() == "ok")  # rows = the trace's positions
-    replayed = cmp.predicted_records[np.isin(cmp.predicted_records["request_id"].to_numpy(), done)]
+    replayed = finished_live(cmp.predicted_records, cmp.measured_records)
     measured, predicted = prefill_slope(cmp.measured_records), prefill_slope(replayed)
     return {"device": device, "run": str(run), "model": cmp.deployment.model.name, "tp": cmp.deployment.tp,
             "measured_us": 1e6 * measured, "predicted_us": 1e6 * predicted, "ratio": predicted / measured}

@@ -259,6 +259,13 @@ def compare_run(run_dir: str | Path, device: str, *, seed: int = 0, cost_model=N
                            host_probe_ms(m.meta), host_probe_ms(m.meta, "mean"))
 
 
+def finished_live(records: pd.DataFrame, measured_records: pd.DataFrame) -> pd.DataFrame:
+    """The replay's ``records`` of the requests the live run completed (``ok``); a replayed
+    request's ``request_id`` is its position in the trace, the measured records' row."""
+    done = np.flatnonzero(measured_records["status"].to_numpy() == "ok")
+    return records[np.isin(records["request_id"].to_numpy(), done)]
+
+
 def matched_summary(summary: dict, records: pd.DataFrame, measured_records: pd.DataFrame,
                     itl_values: np.ndarray, itl_weights: np.ndarray, seed: int) -> dict:
     """The replay's ``summary`` with its TTFT, TPOT and E2E taken over the requests the live run
@@ -271,10 +278,9 @@ def matched_summary(summary: dict, records: pd.DataFrame, measured_records: pd.D
     stays over all of its requests (``itl_over`` says so)."""
     from latsim.metrics.summary import summarize
 
-    done = np.flatnonzero(measured_records["status"].to_numpy() == "ok")  # rows = the trace's positions
-    if len(done) == len(measured_records):
+    if (measured_records["status"] == "ok").all():
         return summary
-    matched = records[np.isin(records["request_id"].to_numpy(), done)]
+    matched = finished_live(records, measured_records)
     latencies = summarize(matched, itl_values, itl_weights, rng=np.random.default_rng(seed))
     out = dict(summary)
     out.update({k: latencies[k] for k in ("ttft_ms", "tpot_ms", "e2e_ms")})
