@@ -25,28 +25,20 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from ttft_parts import measured_parts  # type: ignore[import-not-found]  # scripts/ is on the path when run
 
 from latsim.measure.records import load_run, read_meta
-from latsim.validate.compare import find_runs, recorded_device, run_host_speed
-
-
-def level_fraction(run: Path) -> float | None:
-    """The level's load as a fraction of capacity from its name (``f0.25`` -> 0.25), else None."""
-    name = run.name
-    try:
-        return float(name[1:]) if name.startswith("f") else None
-    except ValueError:
-        return None
+from latsim.validate.compare import find_runs, host_probe_ms, recorded_device, run_host_speed
+from latsim.validate.error_band import load_fraction
 
 
 def fixed_path_ms(run: Path, quantile: float) -> tuple[float, float] | None:
-    """(input, output) paths' ``quantile`` in ms of the ``ok`` requests with engine times, or None."""
-    req = load_run(run).requests
-    ok = req[(req["status"] == "ok") & req["engine_first_token_s"].notna() & req["engine_queued_s"].notna()]
-    if len(ok) < 20:
+    """(input, output) paths' ``quantile`` in ms of the ``ok`` requests with engine times
+    (:func:`ttft_parts.measured_parts`'s ``front_end`` and ``output``), or None under 20 of them."""
+    parts = measured_parts(load_run(run).requests).dropna(subset=["front_end", "output"])
+    if len(parts) < 20:
         return None
-    into = (ok["engine_queued_s"] - ok["sent_s"]).to_numpy(dtype=float)
-    out = (ok["first_token_s"] - ok["engine_first_token_s"]).to_numpy(dtype=float)
+    into, out = parts["front_end"].to_numpy(dtype=float), parts["output"].to_numpy(dtype=float)
     return 1e3 * float(np.percentile(into, quantile)), 1e3 * float(np.percentile(out, quantile))
 
 
@@ -67,18 +59,18 @@ def main(argv: list[str] | None = None) -> None:
     by_gpu: dict[str, list[float]] = defaultdict(list)
     for run in runs:
         meta = read_meta(run)
-        fraction = level_fraction(run)
-        probed = ((meta.get("host_probe") or {}).get("summary") or {}).get("probe_p50_s")
+        fraction = load_fraction(run.name)
+        probe_ms = host_probe_ms(meta)
         if (meta.get("load") or {}).get("mode") != "open" or fraction is None or fraction > args.max_fraction:
             continue
-        paths = fixed_path_ms(run, args.quantile) if probed else None
+        paths = fixed_path_ms(run, args.quantile) if probe_ms is not None else None
         if paths is None:
             continue
         speed = run_host_speed(meta, "probe")
         gpu = recorded_device(meta) or "h200"
         total = (paths[0] + paths[1]) * speed
         by_gpu[gpu].append(total)
-        print(f"{gpu:5s} {run}  probe {probed * 1e3:.2f} ms  input {paths[0]:.2f}  output {paths[1]:.2f}  "
+        print(f"{gpu:5s} {run}  probe {probe_ms:.2f} ms  input {paths[0]:.2f}  output {paths[1]:.2f}  "
               f"-> {total:.2f} ms at the reference host")
     everything = [v for values in by_gpu.values() for v in values]
     if not everything:

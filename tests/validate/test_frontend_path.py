@@ -43,9 +43,9 @@ def test_the_low_quantile_is_the_fixed_path_plus_a_small_share_of_the_step(tmp_p
 
 
 def test_level_fraction_reads_the_level_name() -> None:
-    assert frontend.level_fraction(Path("x/f0.25")) == 0.25
-    assert frontend.level_fraction(Path("x/burst")) is None
-    assert frontend.level_fraction(Path("x/fast")) is None
+    assert frontend.load_fraction(Path("x/f0.25").name) == 0.25
+    assert frontend.load_fraction(Path("x/burst").name) is None
+    assert frontend.load_fraction(Path("x/fast").name) is None
 
 
 def test_each_level_is_taken_to_the_reference_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
