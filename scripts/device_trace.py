@@ -20,6 +20,11 @@ each one a batch of steps of a known composition:
   then N prompts of I tokens one at a time, each sent at a random phase of the decode step;
   per prompt its TTFT, its send time and the decoders' emissions around it (:func:`graphless`),
   from which the launch of the prompt's step and its end are read (``scripts/graphless_steps.py``);
+* ``burst:in=I,n=N`` - N prompts of I tokens sent at once (one output token each): the engine
+  packs them into steps of the token budget, several prompts' chunks in one step and one
+  attention call (``scripts/trace_vs_model.py`` places each step's chunks; the fifty-sixth
+  session's bursts of Gemma-2-9B and of Llama-3.1-8B at TP=2 read their prompts' time priced
+  8-14 % slow, ``docs/validation.md``, "Prompt throughput in the bursts");
 * ``prefixed:in=I,prefix=P,n=N`` - prefix-cache hits: one request leaves a shared prefix of P
   tokens cached, then N prompts of that prefix and I tokens of their own one after another (each
   alone, one output token): N steps of I new tokens after P cached (``scripts/prefix_steps.py``
@@ -76,6 +81,7 @@ decode requests (tokens) of the batch."""
 COMPOSITION = ("prefill_reqs", "prefill_tokens", "decode_reqs", "decode_tokens")
 
 KERNEL_CLASSES = (
+    ("comm", r"nccl|all_?reduce|cross_device_reduce|all_?gather|reduce_?scatter"),
     ("quant", r"quant|scaled_fp8|per_token_group"),
     ("attention", r"flash|fmha|attn|attention|paged|reshape_and_cache|merge_attn"),
     ("gemm", r"gemm|cutlass|sm90_xmma|nvjet|cublas|wgmma|matmul|splitk|marlin"),
@@ -102,7 +108,8 @@ def kernel_class(name: str) -> str:
 
 def parse_scenario(text: str) -> dict[str, Any]:
     """``kind:key=value,...`` into a dict; ValueError names what is accepted."""
-    kinds = {"decode": {"seqs", "in"}, "prefill": {"in", "n"}, "chunked": {"in", "n", "decodes", "din"},
+    kinds = {"decode": {"seqs", "in"}, "prefill": {"in", "n"}, "burst": {"in", "n"},
+             "chunked": {"in", "n", "decodes", "din"},
              "graphless": {"in", "n", "decodes", "din"}, "prefixed": {"in", "prefix", "n"},
              "shared": {"seqs", "in", "prefix", "groups"}}
     optional = {"chunked": {"prefix", "groups"}}
@@ -347,6 +354,32 @@ async def prefill(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> 
     return res
 
 
+async def burst_prompts(client: Client, tag: str, n: int, length: int) -> tuple[list[float], float]:
+    """TTFTs (s) of ``n`` prompts of ``length`` tokens sent at once (one output token each, in
+    the order of their ids, which is the order the engine takes them in), and the seconds from
+    sending them to the last one's first token."""
+    rids = [f"{tag}-b{j}" for j in range(n)]
+    start = time.perf_counter()
+    await asyncio.gather(*(client.one(rid, length, 1) for rid in rids))
+    return [client.times[r][0] - client.sent[r] for r in rids], time.perf_counter() - start
+
+
+async def burst(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
+    """The scenario's ``n`` prompts of ``in`` tokens at once, unprofiled, then ``n`` others at once
+    with the profiler on (their own ids: no cached prefix from the first burst)."""
+    ttft, wall = await burst_prompts(client, f"{tag}-u", sc["n"], sc["in"])
+    holder: dict[str, tuple[list[float], float]] = {}
+
+    async def body() -> None:
+        holder["burst"] = await burst_prompts(client, f"{tag}-q", sc["n"], sc["in"])
+
+    prof_s = await _profiled(engine, body)
+    ttft_q, wall_q = holder["burst"]
+    return {"ttft_ms": [1e3 * t for t in ttft], "burst_ms": 1e3 * wall,
+            "ttft_profiled_ms": [1e3 * t for t in ttft_q], "burst_profiled_ms": 1e3 * wall_q,
+            "profile_wall_s": prof_s}
+
+
 async def prefixed(engine: Any, client: Client, sc: dict[str, Any], tag: str) -> dict[str, Any]:
     """Prefix-cache hits: one request of the scenario's shared ``prefix`` tokens (and ``in`` of its
     own) leaves the prefix's full blocks cached; then ``n`` prompts of that prefix and ``in``
@@ -469,6 +502,8 @@ async def scenarios(args: argparse.Namespace, engine: Any, client: Client, out: 
             res = await decode(engine, client, sc, args.window, tag)
         elif sc["kind"] == "prefill":
             res = await prefill(engine, client, sc, tag)
+        elif sc["kind"] == "burst":
+            res = await burst(engine, client, sc, tag)
         elif sc["kind"] == "prefixed":
             res = await prefixed(engine, client, sc, tag)
         elif sc["kind"] == "graphless":

@@ -22,6 +22,10 @@ A step's shape is rebuilt from its row:
   budget ends its prompt (context ``in - chunk``); a full chunk follows the prompt's previous
   chunk, or starts a prompt after a step that ended one.  The first full chunk of the profiled
   window, whose predecessor is unseen, is left out (``unplaced``).
+* a ``burst`` scenario's steps (its ``n`` prompts sent at once, several in a step): the prompts
+  are taken first come, first served, a step's last prompt cut at the token budget and finished
+  in the next step (:class:`BurstPlacer`); each chunk's context is the prompt's tokens before it.
+  Steps that do not fit that packing are left out (``unplaced``).
 
 Per scenario it prints the median over its steps of the measured busy time, attention and the
 rest (GEMMs, norms, activations, sampling, copies), the model's (attention = prefill +
@@ -91,6 +95,60 @@ class ChunkPlacer:
         self.next_ctx = 0
 
 
+class BurstPlacer:
+    """The chunks of each step of a burst of ``count`` prompts of ``prompt_tokens`` sent at once
+    (module docstring): the step's prompts are the first ones with tokens left, each taking all
+    it has left but the last, which takes the rest of the step's tokens."""
+
+    def __init__(self, prompt_tokens: int, count: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.left = [prompt_tokens] * count
+
+    def place(self, tokens: int, prompts: int) -> list[tuple[int, int]] | None:
+        """``(chunk, cached context)`` of each of the step's ``prompts``, or None (and nothing
+        taken) when ``tokens`` cannot be split that way."""
+        open_ = [j for j, left in enumerate(self.left) if left > 0][:prompts]
+        if prompts <= 0 or len(open_) < prompts:
+            return None
+        whole = sum(self.left[j] for j in open_[:-1])
+        last = tokens - whole
+        if not 0 < last <= self.left[open_[-1]]:
+            return None
+        takes = [self.left[j] for j in open_[:-1]] + [last]
+        chunks = [(take, self.prompt_tokens - self.left[j]) for j, take in zip(open_, takes, strict=True)]
+        for j, take in zip(open_, takes, strict=True):
+            self.left[j] -= take
+        return chunks
+
+
+SKIP, UNPLACED = "skip", "unplaced"
+"""What :func:`serial_chunks` and :func:`burst_chunks` return for a step left out of the table, and
+for one whose chunks cannot be told (a row marked ``unplaced``)."""
+
+
+def serial_chunks(step: dict[str, str], placer: ChunkPlacer) -> list[tuple[int, int]] | str:
+    """``(chunk, context)`` of a step of a scenario whose prompts come one at a time (none for a
+    decode-only step); a step of several prompts is skipped (its contexts are unknown)."""
+    chunk, decodes = int(step["prefill_tokens"]), int(step["decode_reqs"])
+    if int(step["prefill_reqs"]) > 1:
+        return SKIP
+    if chunk <= 0:
+        placer.idle()
+        return []
+    ctx = placer.place(chunk, decodes)
+    return UNPLACED if ctx is None else [(chunk, ctx)]
+
+
+def burst_chunks(step: dict[str, str], placer: BurstPlacer) -> list[tuple[int, int]] | str:
+    """``(chunk, context)`` of each prompt in a step of a ``burst`` scenario (steps without a
+    prompt are skipped)."""
+    tokens = int(step["prefill_tokens"])
+    if tokens <= 0:
+        return SKIP
+    placed = placer.place(tokens, int(step["prefill_reqs"]))
+    return UNPLACED if placed is None else placed
+
+
 def model_row(cm: HostOverlapCostModel, shape: BatchShape) -> dict[str, float]:
     """The model's GPU microseconds of ``shape``: total at the profile's price, at full clock
     and capped, and its attention."""
@@ -123,30 +181,33 @@ def step_rows(folder: Path, device: str | None = None, profile: Path | None = No
     with (folder / "steps.csv").open() as fh:
         steps = list(csv.DictReader(fh))
     placers: dict[str, ChunkPlacer] = {}
+    bursts: dict[str, BurstPlacer] = {}
     for step in steps:
         label = step["scenario"]
         result = results.get(label)
         if result is None:
             continue
         sc = result["scenario"]
-        placer = placers.setdefault(label, ChunkPlacer(int(sc.get("in", 0)), budget))
-        chunk, decodes = int(step["prefill_tokens"]), int(step["decode_reqs"])
-        if int(step["prefill_reqs"]) > 1:
-            continue  # several prompts in one step: contexts unknown
-        ctx = placer.place(chunk, decodes)
-        if chunk <= 0:
-            placer.idle()
-        elif ctx is None:
+        if sc["kind"] == "burst":
+            chunks = burst_chunks(step, bursts.setdefault(label, BurstPlacer(int(sc["in"]), int(sc["n"]))))
+        else:
+            chunks = serial_chunks(step, placers.setdefault(label, ChunkPlacer(int(sc.get("in", 0)), budget)))
+        if chunks == SKIP:
+            continue
+        if chunks == UNPLACED:
             rows.append({"scenario": label, "step": int(step["step"]), "unplaced": True})
             continue
-        chunks = [(chunk, ctx)] if chunk > 0 else []
+        assert isinstance(chunks, list)
+        decodes = int(step["decode_reqs"])
         shape = BatchShape.from_chunks(chunks, [decode_context(result)] * decodes)
         row: dict[str, Any] = {"scenario": label, "step": int(step["step"]), "unplaced": False,
-                               "prefill_tokens": chunk, "prefill_context": ctx if chunk > 0 else 0,
+                               "prefill_tokens": int(step["prefill_tokens"]), "prefill_reqs": len(chunks),
+                               "prefill_context": round(sum(c for _, c in chunks) / len(chunks)) if chunks else 0,
                                "decode_reqs": decodes}
         busy = float(step["gpu_busy_us"])
         row.update({"gpu_busy_us": busy, "span_us": float(step.get("span_us") or "nan"),
-                    "attention_us": float(step["attention_us"]), "rest_us": busy - float(step["attention_us"])})
+                    "attention_us": float(step["attention_us"]), "rest_us": busy - float(step["attention_us"]),
+                    "comm_us": float(step.get("comm_us") or "nan")})  # all-reduce kernels (TP > 1)
         row.update(model_row(cm, shape))
         row["model_rest_us"] = row["model_us"] - row["model_attention_us"]
         rows.append(row)
@@ -155,18 +216,19 @@ def step_rows(folder: Path, device: str | None = None, profile: Path | None = No
 
 def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per scenario (and per step composition within it), medians of the placed steps."""
-    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, bool, bool, int], list[dict[str, Any]]] = {}
     for row in rows:
         if not row["unplaced"]:
-            key = (row["scenario"], row["prefill_tokens"] > 0, row["decode_reqs"] > 0)
+            key = (row["scenario"], row["prefill_tokens"] > 0, row["decode_reqs"] > 0, row["prefill_reqs"])
             groups.setdefault(key, []).append(row)
     out = []
-    for (label, has_prefill, has_decode), group in groups.items():
+    for (label, has_prefill, has_decode, prompts), group in groups.items():
         med = {k: statistics.median(r[k] for r in group)
                for k in ("gpu_busy_us", "span_us", "attention_us", "rest_us", "model_us", "model_full_us",
                          "model_capped_us", "model_attention_us", "model_rest_us", "prefill_tokens",
                          "decode_reqs")}
-        kind = "+".join(p for p, on in (("prefill", has_prefill), ("decode", has_decode)) if on)
+        kind = "+".join(p for p, on in (("prefill" + (f" x{prompts}" if prompts > 1 else ""), has_prefill),
+                                        ("decode", has_decode)) if on)
         out.append({"scenario": label, "steps": kind, "n": len(group), **med})
     return out
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -74,6 +77,8 @@ def test_kernels_launched_through_the_driver_count_in_their_step() -> None:
     ("void vllm::act_and_mul_kernel<silu>", "activation"),
     ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "inductor"),
     ("void at::native::elementwise_kernel<128, 4>", "other"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "comm"),
+    ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 2>", "comm"),
 ])
 def test_kernel_classes(name: str, cls: str) -> None:
     assert trace_script.kernel_class(name) == cls
@@ -82,8 +87,12 @@ def test_kernel_classes(name: str, cls: str) -> None:
 def test_scenarios_parse_and_reject_bad_text() -> None:
     assert trace_script.parse_scenario("decode:seqs=150,in=512") == {
         "kind": "decode", "label": "decode:seqs=150,in=512", "seqs": 150, "in": 512}
-    with pytest.raises(ValueError, match="kind must be one of decode, prefill, chunked"):
+    with pytest.raises(ValueError, match="kind must be one of decode, prefill, burst, chunked"):
+        trace_script.parse_scenario("stream:n=3")
+    with pytest.raises(ValueError, match="missing in"):
         trace_script.parse_scenario("burst:n=3")
+    assert trace_script.parse_scenario("burst:in=512,n=32") == {
+        "kind": "burst", "label": "burst:in=512,n=32", "in": 512, "n": 32}
     with pytest.raises(ValueError, match="'n=0'; prefill takes in, n as positive integers"):
         trace_script.parse_scenario("prefill:in=5,n=0")
     with pytest.raises(ValueError, match="missing decodes, din"):
@@ -164,3 +173,39 @@ def test_shared_scenario_names_its_prefixes_and_groups() -> None:
     assert (sc["kind"], sc["seqs"], sc["prefix"], sc["groups"]) == ("shared", 64, 1024, 4)
     with pytest.raises(ValueError, match="missing groups"):
         trace_script.parse_scenario("shared:seqs=64,in=512,prefix=1024")
+
+
+class _BurstEngine:
+    """Answers each request with one token after a pause; counts the requests in flight."""
+
+    def __init__(self) -> None:
+        self.in_flight = self.most = 0
+        self.profiling: list[str] = []
+
+    async def generate(self, prompt: dict[str, list[int]], params: object,
+                       request_id: str) -> AsyncIterator[SimpleNamespace]:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=[7])], finished=True)
+
+    async def start_profile(self) -> None:
+        self.profiling.append("start")
+
+    async def stop_profile(self) -> None:
+        self.profiling.append("stop")
+
+
+def test_a_burst_sends_its_prompts_at_once_then_again_profiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    import latsim.measure.vllm_driver as driver
+
+    monkeypatch.setattr(driver, "vllm_sampling_params", lambda n: {"max_tokens": n})
+    engine = _BurstEngine()
+    client = trace_script.Client(engine, vocab=1000)
+    sc = trace_script.parse_scenario("burst:in=64,n=12")
+    res = asyncio.run(trace_script.burst(engine, client, sc, "s0"))
+    assert engine.most == 12 and engine.profiling == ["start", "stop"]
+    assert len(res["ttft_ms"]) == len(res["ttft_profiled_ms"]) == 12
+    assert all(0.0 < t <= res["burst_ms"] for t in res["ttft_ms"])
+    assert {len(client.own_ids(r, 64)) for r in client.times} == {64} and len(client.times) == 24

@@ -32,6 +32,45 @@ def test_a_prompt_within_the_budget_is_one_chunk_at_context_zero() -> None:
     assert placer.place(512, 95) == 0
 
 
+def test_a_burst_packs_whole_prompts_and_cuts_the_last_at_the_budget() -> None:
+    placer = tv.BurstPlacer(prompt_tokens=1000, count=10)
+    # 8 whole prompts and 192 tokens of the ninth, then its other 808 and the tenth
+    assert placer.place(8192, 9) == [(1000, 0)] * 8 + [(192, 0)]
+    assert placer.place(1808, 2) == [(808, 192), (1000, 0)]
+    assert placer.left == [0] * 10
+
+
+def test_a_burst_step_that_does_not_fit_the_packing_is_refused_and_takes_nothing() -> None:
+    placer = tv.BurstPlacer(prompt_tokens=512, count=4)
+    assert placer.place(2048, 3) is None  # three prompts cannot hold 2,048 tokens
+    assert placer.place(512, 2) is None  # the first prompt's 512 tokens leave the second none
+    assert placer.place(2048, 5) is None  # only four prompts
+    assert placer.left == [512] * 4
+    assert placer.place(2048, 4) == [(512, 0)] * 4
+
+
+def test_a_burst_s_steps_are_priced_with_all_their_chunks(tmp_path: Path) -> None:
+    folder = tmp_path / "burst"
+    folder.mkdir()
+    label = "burst:in=512,n=20"
+    meta = {"argv": ["scripts/device_trace.py", "--model", "llama-3.1-8b"],
+            "scenarios": [{"scenario": {"kind": "burst", "label": label, "in": 512, "n": 20}}],
+            "engine_config": {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}}
+    (folder / "timings.json").write_text(json.dumps(meta))
+    with (folder / "steps.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(FIELDS)
+        writer.writerows([(label, 0, 16, 8192, 0, 0, 180000.0, 9000.0), (label, 1, 4, 2048, 0, 0, 50000.0, 2000.0),
+                          (label, 2, 0, 0, 0, 0, 100.0, 0.0)])
+    rows = tv.step_rows(folder)
+    assert [(r["prefill_reqs"], r["prefill_tokens"], r["unplaced"]) for r in rows] == [(16, 8192, False),
+                                                                                    (4, 2048, False)]
+    cm = tv.cost_model(meta, 1.0)
+    sixteen = BatchShape.from_chunks([(512, 0)] * 16, [])
+    assert rows[0]["model_us"] == pytest.approx(1e6 * cm.kernel_s(sixteen))
+    assert {s["steps"] for s in tv.summary(rows)} == {"prefill x16", "prefill x4"}
+
+
 def test_decode_context_prefers_the_recorded_one() -> None:
     assert tv.decode_context({"context_at_profile": [800, 1000], "scenario": {"in": 512}}) == 900
     assert tv.decode_context({"decode_itl_quiet_ms": 10.0, "scenario": {"din": 1024}}) == 1124
