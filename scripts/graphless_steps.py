@@ -101,7 +101,9 @@ def run_speed(meta: dict[str, Any]) -> float:
 
 def cost_model(meta: dict[str, Any], speed: float, folder: Path | None = None, device: str = "h200",
                profile: Path | None = None) -> HostOverlapCostModel:
-    """The engine's default cost model for the run's model on ``device`` (a catalog GPU), the GPU
+    """The engine's default cost model for the run's model on ``device`` (a catalog GPU) at the run's
+    tensor parallelism (the engine's recorded ``tp``, else its ``tensor_parallel_size`` argument,
+    else 1), the GPU
     priced by the fitted profile folder ``profile`` when given (else the device's shipped one): the
     catalog model the run's argv names, or for a ``--config-dir`` run the ``config.json`` kept
     beside its timings in ``folder``; ValueError when there is neither."""
@@ -117,7 +119,8 @@ def cost_model(meta: dict[str, Any], speed: float, folder: Path | None = None, d
     ec = meta.get("engine_config", {})
     engine = EngineConfig(max_num_seqs=ec.get("max_num_seqs"), max_num_batched_tokens=ec.get("max_num_batched_tokens"),
                           max_model_len=max_len, num_gpu_blocks=ec.get("num_gpu_blocks"), host_speed=speed)
-    deployment = Deployment(model=model, device=load_device(device), engine=engine)
+    tp = int(ec.get("tp") or engine_arg(meta, "tensor_parallel_size") or 1)
+    deployment = Deployment(model=model, device=load_device(device), tp=tp, engine=engine)
     return _cost_model(deployment) if profile is None else host_overlap(profile_cost_model(deployment, profile))
 
 

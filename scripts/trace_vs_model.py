@@ -50,11 +50,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from graphless_steps import cost_model
+from prefill_batch_check import one_call_us
 
 from latsim.atomic import atomic_write_text
 from latsim.catalog.lookup import detect_device
 from latsim.costmodel.batch import BatchShape
 from latsim.costmodel.host import HostOverlapCostModel
+from latsim.costmodel.profile.regressors import load_predictors
+from latsim.costmodel.profile.store import has_profile
+from latsim.costmodel.profile.tabulate import heads_of
 
 
 def decode_context(result: dict[str, Any]) -> int:
@@ -149,6 +153,24 @@ def burst_chunks(step: dict[str, str], placer: BurstPlacer) -> list[tuple[int, i
     return UNPLACED if placed is None else placed
 
 
+def heads_rule_attention_us(cm: HostOverlapCostModel, chunks: list[tuple[int, int]],
+                            profile: Path | None = None) -> float:
+    """The prefill attention of a step of several chunks priced by the ``n``-times-the-heads rule
+    (``scripts/prefill_batch_check.py``): every layer one call of the chunks' mean size and
+    context under ``n`` times the heads, from the profile's regressor (``profile``, else the
+    device's shipped one); NaN for a step of fewer than two chunks or a GPU without a profile."""
+    inner = cm.inner
+    device = getattr(inner, "device", None)
+    folder = profile or (has_profile(device.name, device.aliases) if device is not None else None)
+    if len(chunks) < 2 or folder is None:
+        return float("nan")
+    n = len(chunks)
+    hq, hkv, d = heads_of(inner.shard, inner.model.head_dim)
+    q, ctx = (sum(c[i] for c in chunks) / n for i in (0, 1))
+    return inner.shard.layers * one_call_us(load_predictors(folder), device, q, ctx, (n * hq, n * hkv, d)) \
+        * cm.host.gpu_scale
+
+
 def model_row(cm: HostOverlapCostModel, shape: BatchShape) -> dict[str, float]:
     """The model's GPU microseconds of ``shape``: total at the profile's price, at full clock
     and capped, and its attention."""
@@ -210,6 +232,7 @@ def step_rows(folder: Path, device: str | None = None, profile: Path | None = No
                     "comm_us": float(step.get("comm_us") or "nan")})  # all-reduce kernels (TP > 1)
         row.update(model_row(cm, shape))
         row["model_rest_us"] = row["model_us"] - row["model_attention_us"]
+        row["model_attention_heads_us"] = heads_rule_attention_us(cm, chunks, profile) if not decodes else float("nan")
         rows.append(row)
     return rows
 
@@ -226,7 +249,7 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         med = {k: statistics.median(r[k] for r in group)
                for k in ("gpu_busy_us", "span_us", "attention_us", "rest_us", "model_us", "model_full_us",
                          "model_capped_us", "model_attention_us", "model_rest_us", "prefill_tokens",
-                         "decode_reqs")}
+                         "decode_reqs", "model_attention_heads_us")}
         kind = "+".join(p for p, on in (("prefill" + (f" x{prompts}" if prompts > 1 else ""), has_prefill),
                                         ("decode", has_decode)) if on)
         out.append({"scenario": label, "steps": kind, "n": len(group), **med})
@@ -235,7 +258,8 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def format_summary(rows: list[dict[str, Any]], unplaced: int) -> str:
     lines = [f"{'scenario':42} {'steps':15} {'n':>3} {'tokens':>6} {'busy':>8} {'model':>8} {'ratio':>6} "
-             f"{'full..capped':>13} {'attn':>8} {'model':>8} {'rest':>8} {'model':>8} {'span':>8} {'/span':>6}"]
+             f"{'full..capped':>13} {'attn':>8} {'model':>8} {'heads':>8} {'rest':>8} {'model':>8} {'span':>8} "
+             f"{'/span':>6}"]
     for r in rows:
         ratio = r["model_us"] / r["gpu_busy_us"] if r["gpu_busy_us"] else float("nan")
         span = f"{r['model_full_us'] / r['gpu_busy_us']:.3f}-{r['model_capped_us'] / r['gpu_busy_us']:.3f}"
@@ -243,10 +267,12 @@ def format_summary(rows: list[dict[str, Any]], unplaced: int) -> str:
         lines.append(f"{r['scenario'][:42]:42} {r['steps']:15} {r['n']:3d} {tokens:6d} "
                      f"{r['gpu_busy_us'] / 1e3:8.2f} {r['model_us'] / 1e3:8.2f} {ratio:6.3f} {span:>13} "
                      f"{r['attention_us'] / 1e3:8.2f} {r['model_attention_us'] / 1e3:8.2f} "
+                     f"{r['model_attention_heads_us'] / 1e3:8.2f} "
                      f"{r['rest_us'] / 1e3:8.2f} {r['model_rest_us'] / 1e3:8.2f} {r['span_us'] / 1e3:8.2f} "
                      f"{r['model_us'] / r['span_us']:6.3f}")
     lines.append("milliseconds of GPU kernels per step, medians; ratio = model / measured; "
-                 f"full..capped: the model's ratio at the power cap's two clocks; span: first kernel's start to the "
+                 f"full..capped: the model's ratio at the power cap's two clocks; heads: a step of several prompts' "
+                 f"attention by the n-times-the-heads rule (nan otherwise); span: first kernel's start to the "
                  f"last one's end (a shared-expert MoE's second stream runs kernels at once: its busy time exceeds "
                  f"the step, compare /span); {unplaced} steps unplaced")
     return "\n".join(lines)

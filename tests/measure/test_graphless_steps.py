@@ -160,3 +160,11 @@ def test_a_run_whose_executor_latsim_does_not_model_exits_2(tmp_path: Path, caps
     assert gl.main([str(folder)]) == 2
     err = capsys.readouterr().err
     assert "'ray'" in err and "uni, mp" in err
+
+
+def test_a_run_is_priced_at_its_own_tensor_parallelism() -> None:
+    meta = {"argv": ["device_trace.py", "--model", "llama-3.1-8b"], "engine_config": {"max_num_batched_tokens": 8192}}
+    one = gl.cost_model(meta, 1.0)
+    recorded = gl.cost_model({**meta, "engine_config": {"max_num_batched_tokens": 8192, "tp": 2}}, 1.0)
+    asked = gl.cost_model({**meta, "argv": [*meta["argv"], "--engine-arg", "tensor_parallel_size=2"]}, 1.0)
+    assert one.inner.tp == 1 and recorded.inner.tp == asked.inner.tp == 2

@@ -68,6 +68,8 @@ def test_a_burst_s_steps_are_priced_with_all_their_chunks(tmp_path: Path) -> Non
     cm = tv.cost_model(meta, 1.0)
     sixteen = BatchShape.from_chunks([(512, 0)] * 16, [])
     assert rows[0]["model_us"] == pytest.approx(1e6 * cm.kernel_s(sixteen))
+    # sixteen chunks in one call by the n-times-the-heads rule: less than sixteen lone calls
+    assert 0.0 < rows[0]["model_attention_heads_us"] < rows[0]["model_attention_us"]
     assert {s["steps"] for s in tv.summary(rows)} == {"prefill x16", "prefill x4"}
 
 
