@@ -21,7 +21,9 @@ roofline (efficiency curves carried over); lower confidence, and ``describe()`` 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import asdict, dataclass
+from math import log2
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,7 @@ from latsim.costmodel.ops import (
 )
 from latsim.costmodel.power import PowerCap, load_power_cap
 from latsim.costmodel.profile.interp import bilinear, bilinear_vec, interp1
-from latsim.costmodel.profile.tabulate import StepTables, shared_stream_summary
+from latsim.costmodel.profile.tabulate import BATCH_COUNTS, StepTables, shared_stream_summary
 from latsim.costmodel.shard import ShardSpec, shard_model
 from latsim.costmodel.spread import DecodeSpread, SpreadFactor, load_decode_spread
 
@@ -108,6 +110,7 @@ class CalibratedCostModel:
         self._pair_s = 4.0 * shard.q_width / peak
         self._q_byte_s = (shard.kv_bytes + 2.0) * shard.q_width / device.hbm_bandwidth
         self._kv_byte_s = 2.0 * shard.kv_width * shard.kv_bytes / device.hbm_bandwidth
+        self._batch_counts = BATCH_COUNTS
 
     @property
     def spread(self) -> DecodeSpread | None:
@@ -137,13 +140,31 @@ class CalibratedCostModel:
         return t + self._prefill_layers(b, x[WPAIRS], x[WPKV]) * self._win if self._win else t
 
     def _prefill_layers(self, b: BatchShape, pairs: float, kv: float) -> float:
-        """One layer: roofline of the aggregate chunks times the tabulated inefficiency."""
+        """One layer: roofline of the aggregate chunks times the tabulated inefficiency of one call
+        over ``n`` chunks of their mean size and context (:meth:`_prefill_ratio`)."""
         n, p = b.prefill_seqs, b.prefill_tokens
         ctx = (kv - p) / n
-        ratio = bilinear(self.tables.q_knots, self.tables.pc_knots, self.tables.prefill_ratio, p / n,
-                         ctx if ctx > 0.0 else 0.0)
+        ratio = self._prefill_ratio(n, p / n, ctx if ctx > 0.0 else 0.0)
         compute, memory = pairs * self._pair_s, p * self._q_byte_s + kv * self._kv_byte_s
         return (compute if compute > memory else memory) * ratio
+
+    def _prefill_ratio(self, n: int, q: float, ctx: float) -> float:
+        """measured / roofline of one FlashAttention call over ``n`` chunks of ``q`` tokens after
+        ``ctx`` cached: one chunk's ratio for ``n`` = 1 or where the profile prices chunks as lone
+        calls, else the batched tables (one chunk under ``n`` times the heads,
+        :mod:`~latsim.costmodel.profile.tabulate`), linear in log2 ``n`` between their counts and
+        the last one's past them."""
+        tb = self.tables
+        if n <= 1 or not tb.prefill_batched:
+            return bilinear(tb.q_knots, tb.pc_knots, tb.prefill_ratio, q, ctx)
+        counts = self._batch_counts
+        i = bisect_right(counts, n) - 1
+        lo = bilinear(tb.batch_q_knots, tb.batch_pc_knots, tb.prefill_batched[i], q, ctx)
+        if i + 1 >= len(counts) or n == counts[i]:
+            return lo
+        hi = bilinear(tb.batch_q_knots, tb.batch_pc_knots, tb.prefill_batched[i + 1], q, ctx)
+        w = log2(n / counts[i]) / log2(counts[i + 1] / counts[i])
+        return lo + w * (hi - lo)
 
     def _decode(self, seqs: int, kv: float, wkv: float, kv_sq: int = 0) -> float:
         """Decode attention over all layers for one step (scalar twin of :meth:`_decode_vec`):

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from latsim.catalog import load_device, load_model
+from latsim.catalog.devices import DeviceSpec
 from latsim.costmodel.batch import BatchShape, StepPricer
-from latsim.costmodel.calibrated import CalibratedCostModel, load_calibrated
-from latsim.costmodel.profile.regressors import load_predictors
-from latsim.costmodel.profile.tabulate import T_KNOTS, decode_grid, heads_of, per_token
+from latsim.costmodel.calibrated import CalibratedCostModel, FixedCosts, load_calibrated
+from latsim.costmodel.profile.interp import bilinear
+from latsim.costmodel.profile.regressors import Predictors, load_predictors
+from latsim.costmodel.profile.store import has_profile
+from latsim.costmodel.profile.tabulate import T_KNOTS, build_tables, decode_grid, heads_of, per_token
 from latsim.costmodel.shard import shard_model
 
 CASES = [("llama-3.1-8b", 1), ("qwen3-30b-a3b", 2), ("gemma-2-9b", 1), ("llama-3.1-70b", 4)]
@@ -134,3 +138,62 @@ def test_a_measured_expert_shape_is_priced_at_its_own_rows() -> None:
     assert np.all((priced >= np.minimum(low, high) - 1e-12) & (priced <= np.maximum(low, high) + 1e-12))
     a100 = p.moe_s(tokens, shape, load_device("a100"), 2.0)
     assert not np.allclose(a100, rows["median_s"].to_numpy(), rtol=0.05)  # the transfer, not the H200's rows
+
+
+def _lone_call_s(pred: Predictors, dev: DeviceSpec, heads: tuple[int, int, int], q: float, ctx: float) -> float:
+    return float(pred.attn_prefill_s(np.array([q]), np.array([ctx]), heads, dev)[0])
+
+
+def _with_batching(rule: str, name: str = "gemma-2-9b") -> CalibratedCostModel:
+    """The shipped H200 profile's cost model of ``name`` with ``prefill_batching`` set to ``rule``."""
+    dev, model, shipped = load_device("h200"), load_model(name), load_predictors(has_profile("h200"))
+    pred = replace(shipped, profile={**shipped.profile, "prefill_batching": rule})
+    shard = shard_model(model, 1)
+    return CalibratedCostModel(model, dev, shard, build_tables(pred, shard, dev, model.head_dim),
+                               FixedCosts(0.0, 0.0, 0.0, 0.0), weight_dtype="bf16", kv_dtype="bf16")
+
+
+@pytest.fixture(scope="module")
+def batched_gemma() -> CalibratedCostModel:
+    return _with_batching("heads")
+
+
+@pytest.mark.parametrize(("n", "q", "ctx"), [(16, 512, 0), (4, 1024, 2048), (64, 128, 0)])
+def test_chunks_in_one_step_cost_one_call_under_n_times_the_heads(
+        batched_gemma: CalibratedCostModel, n: int, q: int, ctx: int) -> None:
+    """vLLM runs a step's prompts in one attention call: with ``prefill_batching: heads`` priced
+    as one chunk with n x the heads (the profile's regressor; its tables every other knot, within
+    the one-chunk table's own interpolation error), not as n lone calls."""
+    cm = batched_gemma
+    pred, dev = load_predictors(has_profile("h200")), load_device("h200")
+    heads = heads_of(cm.shard, cm.model.head_dim)
+    priced = cm.attention_s(BatchShape.from_chunks([(q, ctx)] * n, [])) / cm.shard.layers
+    batched = _lone_call_s(pred, dev, (n * heads[0], n * heads[1], heads[2]), q, ctx)
+    assert priced == pytest.approx(batched, rel=0.1)
+    assert priced < 0.8 * n * _lone_call_s(pred, dev, heads, q, ctx)
+
+
+def test_one_chunk_keeps_its_own_table_and_counts_between_knots_interpolate(
+        batched_gemma: CalibratedCostModel) -> None:
+    cm = batched_gemma
+    tb = cm.tables
+    assert cm._prefill_ratio(1, 512.0, 0.0) == bilinear(tb.q_knots, tb.pc_knots, tb.prefill_ratio, 512.0, 0.0)
+    ratios = [cm._prefill_ratio(n, 512.0, 0.0) for n in (2, 3, 4)]
+    assert min(ratios[0], ratios[2]) <= ratios[1] <= max(ratios[0], ratios[2])
+    one = cm.attention_s(BatchShape.from_chunks([(512, 0)], []))
+    assert one < cm.attention_s(BatchShape.from_chunks([(512, 0)] * 2, []))
+    assert cm._prefill_ratio(10_000, 64.0, 0.0) == cm._prefill_ratio(128, 64.0, 0.0)  # past the last count
+
+
+def test_a_profile_without_the_rule_prices_chunks_as_lone_calls() -> None:
+    shipped = load_calibrated(load_model("gemma-2-9b"), load_device("h200"))
+    assert not shipped.tables.prefill_batched
+    assert shipped._prefill_ratio(16, 512.0, 0.0) == shipped._prefill_ratio(1, 512.0, 0.0)
+    lone = _with_batching("lone")
+    assert lone.attention_s(BatchShape.from_chunks([(512, 0)] * 16, [])) == pytest.approx(
+        shipped.attention_s(BatchShape.from_chunks([(512, 0)] * 16, [])))
+
+
+def test_an_unknown_batching_rule_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="prefill_batching='waves'; accepted: lone, heads"):
+        _with_batching("waves")

@@ -13,12 +13,25 @@ tables that :class:`~latsim.costmodel.calibrated.CalibratedCostModel` interpolat
 - ``per_sample``: seconds vs sampled sequences S (``lm_head`` GEMM and the sampler);
 - ``decode``: one decode-attention layer vs (decode sequences D, mean context c);
 - ``prefill``: measured/roofline ratio of prefill attention vs (mean chunk q, mean cached
-  context c), applied to the step's roofline attention time.
+  context c), applied to the step's roofline attention time.  A step of ``n`` > 1 prompts'
+  chunks runs them in one FlashAttention call in vLLM; with a profile that says so
+  (``profile.json``'s ``prefill_batching: heads``, :data:`PREFILL_BATCHING`) its ratio is that of
+  one chunk under ``n`` times the heads, tabulated at :data:`BATCH_COUNTS` (``prefill_batched``),
+  whose thread blocks are the same; without it, one chunk's ratio whatever ``n`` (``n`` lone
+  calls).  Measured (fifty-seventh session, H100): the batched call over ``n`` = 2-16 chunks of
+  128-2,048 tokens under six head shapes at 0.97-1.15 of the heads price (median per shape and
+  count, ``data/kernels/h100-prefill-batch``), ``n`` lone calls at 1.3-3.5 x; in the live
+  engine's burst steps (``data/traces/h100/s57``) the heads price within 0.75-1.26 x of the
+  attention kernels, ``n`` lone calls 1.7-9.8 x.  No shipped profile says so yet: the host terms
+  were fitted with the lone-call price and are refitted first (``docs/validation.md``, "The live
+  engine's own burst steps").
 
 Resolution (knots): T and S every integer 1..512, then steps of 2 % up to 131072 (beyond,
 linear extrapolation: time per token is flat there); D every integer 1..32, then 8 % steps to
 4096; c 1..16 then 8 % steps to 2**19; prefill q 1..16 then 10 % steps to 65536, c 0..16 then
-10 % steps to 2**19.  ``tests/calibration`` checks the interpolation against the regressors.
+10 % steps to 2**19; the batched prefill tables every other one of those q and c knots (their
+ratio is as smooth, and each costs a regressor pass at load), interpolated in log2 n between
+:data:`BATCH_COUNTS`.  ``tests/calibration`` checks the interpolation against the regressors.
 """
 
 from __future__ import annotations
@@ -40,6 +53,14 @@ D_KNOTS = knots(1, 32, 4096, 1.08)
 C_KNOTS = knots(1, 16, 2**19, 1.08)
 Q_KNOTS = knots(1, 16, 65536, 1.10)
 PC_KNOTS = knots(0, 16, 2**19, 1.10)
+BATCH_Q_KNOTS = Q_KNOTS[::2] + ([] if len(Q_KNOTS) % 2 else Q_KNOTS[-1:])
+BATCH_PC_KNOTS = PC_KNOTS[::2] + ([] if len(PC_KNOTS) % 2 else PC_KNOTS[-1:])
+BATCH_COUNTS = (2, 4, 8, 16, 32, 64, 128)
+"""Prompts' chunks in one step at which the batched prefill ratio is tabulated (more are priced at
+the last)."""
+PREFILL_BATCHING = ("lone", "heads")
+"""``profile.json``'s ``prefill_batching``: how one attention call over several chunks is priced,
+as ``n`` lone chunks (the default) or as one chunk under ``n`` times the heads."""
 FUSED_AS = "copy"
 """Memory-bound operators are priced on the measured *copy* curve at the operator's bytes per
 kernel: vLLM runs RMSNorm, rotary and SiLU x mul as single fused streaming kernels, while the
@@ -61,6 +82,11 @@ class StepTables:
     q_knots: list[float]
     pc_knots: list[float]
     prefill_ratio: list[list[float]]
+    batch_q_knots: list[float]
+    batch_pc_knots: list[float]
+    prefill_batched: list[list[list[float]]]
+    """One ratio grid per :data:`BATCH_COUNTS` count over (``batch_q_knots``, ``batch_pc_knots``);
+    empty (and the knots too) where the profile prices a step's chunks as lone calls."""
     notes: tuple[str, ...]
 
 
@@ -326,11 +352,31 @@ def prefill_grid(p: Predictors, device: DeviceSpec, heads: tuple[int, int, int],
     return p.attn_prefill_ratio(q.ravel(), c.ravel(), heads, device, kv_bytes).reshape(q.shape)
 
 
+def batched_prefill_grids(p: Predictors, device: DeviceSpec, heads: tuple[int, int, int],
+                          kv_bytes: float = 2.0) -> list[Arr]:
+    """The prefill ratio of ``n`` chunks in one call, one grid per :data:`BATCH_COUNTS` count: one
+    chunk's ratio under ``n`` times the query and KV heads."""
+    q, c = np.meshgrid(np.asarray(BATCH_Q_KNOTS), np.asarray(BATCH_PC_KNOTS), indexing="ij")
+    hq, hkv, d = heads
+    return [p.attn_prefill_ratio(q.ravel(), c.ravel(), (n * hq, n * hkv, d), device, kv_bytes).reshape(q.shape)
+            for n in BATCH_COUNTS]
+
+
+def prefill_batching(p: Predictors) -> str:
+    """The profile's ``prefill_batching`` (:data:`PREFILL_BATCHING`; ``lone`` when absent);
+    ValueError naming the value otherwise."""
+    rule = str(p.profile.get("prefill_batching", "lone"))
+    if rule not in PREFILL_BATCHING:
+        raise ValueError(f"{p.folder}/profile.json: prefill_batching={rule!r}; accepted: {', '.join(PREFILL_BATCHING)}")
+    return rule
+
+
 def build_tables(p: Predictors, s: ShardSpec, device: DeviceSpec, head_dim: int) -> StepTables:
     """Every table of one deployment; ValueError when the profile lacks a needed family."""
     if s.experts and "moe" not in p.boosters:
         raise ValueError(f"{p.folder}: the model is a mixture of experts but the profile has no MoE fit")
     t = np.asarray(T_KNOTS)
+    batched = prefill_batching(p) == "heads"
     experts = moe_experts_s(p, s, device, t)
     tok, notes = per_token(p, s, device, t, experts)
     return StepTables(
@@ -340,5 +386,8 @@ def build_tables(p: Predictors, s: ShardSpec, device: DeviceSpec, head_dim: int)
         d_knots=list(D_KNOTS), c_knots=list(C_KNOTS), decode=decode_grid(p, s, device, heads_of(s, head_dim)).tolist(),
         q_knots=list(Q_KNOTS), pc_knots=list(PC_KNOTS),
         prefill_ratio=prefill_grid(p, device, heads_of(s, head_dim), s.kv_bytes).tolist(),
+        batch_q_knots=list(BATCH_Q_KNOTS) if batched else [], batch_pc_knots=list(BATCH_PC_KNOTS) if batched else [],
+        prefill_batched=[g.tolist() for g in batched_prefill_grids(p, device, heads_of(s, head_dim), s.kv_bytes)]
+        if batched else [],
         notes=tuple(notes),
     )
