@@ -110,7 +110,6 @@ class CalibratedCostModel:
         self._pair_s = 4.0 * shard.q_width / peak
         self._q_byte_s = (shard.kv_bytes + 2.0) * shard.q_width / device.hbm_bandwidth
         self._kv_byte_s = 2.0 * shard.kv_width * shard.kv_bytes / device.hbm_bandwidth
-        self._batch_counts = BATCH_COUNTS
 
     @property
     def spread(self) -> DecodeSpread | None:
@@ -157,7 +156,7 @@ class CalibratedCostModel:
         tb = self.tables
         if n <= 1 or not tb.prefill_batched:
             return bilinear(tb.q_knots, tb.pc_knots, tb.prefill_ratio, q, ctx)
-        counts = self._batch_counts
+        counts = BATCH_COUNTS
         i = bisect_right(counts, n) - 1
         lo = bilinear(tb.batch_q_knots, tb.batch_pc_knots, tb.prefill_batched[i], q, ctx)
         if i + 1 >= len(counts) or n == counts[i]:

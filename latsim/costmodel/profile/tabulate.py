@@ -347,18 +347,19 @@ def decode_grid(p: Predictors, s: ShardSpec, device: DeviceSpec, heads: tuple[in
     return p.attn_decode_s(d.ravel(), c.ravel(), heads, s.kv_bytes, device).reshape(d.shape)
 
 
-def prefill_grid(p: Predictors, device: DeviceSpec, heads: tuple[int, int, int], kv_bytes: float = 2.0) -> Arr:
-    q, c = np.meshgrid(np.asarray(Q_KNOTS), np.asarray(PC_KNOTS), indexing="ij")
+def prefill_grid(p: Predictors, device: DeviceSpec, heads: tuple[int, int, int], kv_bytes: float = 2.0,
+                 q_knots: list[float] = Q_KNOTS, pc_knots: list[float] = PC_KNOTS) -> Arr:
+    """One prefill chunk's ratio under ``heads`` over (``q_knots``, ``pc_knots``)."""
+    q, c = np.meshgrid(np.asarray(q_knots), np.asarray(pc_knots), indexing="ij")
     return p.attn_prefill_ratio(q.ravel(), c.ravel(), heads, device, kv_bytes).reshape(q.shape)
 
 
 def batched_prefill_grids(p: Predictors, device: DeviceSpec, heads: tuple[int, int, int],
                           kv_bytes: float = 2.0) -> list[Arr]:
     """The prefill ratio of ``n`` chunks in one call, one grid per :data:`BATCH_COUNTS` count: one
-    chunk's ratio under ``n`` times the query and KV heads."""
-    q, c = np.meshgrid(np.asarray(BATCH_Q_KNOTS), np.asarray(BATCH_PC_KNOTS), indexing="ij")
+    chunk's ratio under ``n`` times the query and KV heads, on the batched knots."""
     hq, hkv, d = heads
-    return [p.attn_prefill_ratio(q.ravel(), c.ravel(), (n * hq, n * hkv, d), device, kv_bytes).reshape(q.shape)
+    return [prefill_grid(p, device, (n * hq, n * hkv, d), kv_bytes, BATCH_Q_KNOTS, BATCH_PC_KNOTS)
             for n in BATCH_COUNTS]
 
 
@@ -375,7 +376,7 @@ def build_tables(p: Predictors, s: ShardSpec, device: DeviceSpec, head_dim: int)
     """Every table of one deployment; ValueError when the profile lacks a needed family."""
     if s.experts and "moe" not in p.boosters:
         raise ValueError(f"{p.folder}: the model is a mixture of experts but the profile has no MoE fit")
-    t = np.asarray(T_KNOTS)
+    t, heads = np.asarray(T_KNOTS), heads_of(s, head_dim)
     batched = prefill_batching(p) == "heads"
     experts = moe_experts_s(p, s, device, t)
     tok, notes = per_token(p, s, device, t, experts)
@@ -383,11 +384,10 @@ def build_tables(p: Predictors, s: ShardSpec, device: DeviceSpec, head_dim: int)
         t_knots=list(T_KNOTS), per_token=tok.tolist(),
         moe_per_token=experts.tolist() if s.experts and s.moe_layers else [],
         per_sample=per_sample(p, s, device, t).tolist(),
-        d_knots=list(D_KNOTS), c_knots=list(C_KNOTS), decode=decode_grid(p, s, device, heads_of(s, head_dim)).tolist(),
+        d_knots=list(D_KNOTS), c_knots=list(C_KNOTS), decode=decode_grid(p, s, device, heads).tolist(),
         q_knots=list(Q_KNOTS), pc_knots=list(PC_KNOTS),
-        prefill_ratio=prefill_grid(p, device, heads_of(s, head_dim), s.kv_bytes).tolist(),
+        prefill_ratio=prefill_grid(p, device, heads, s.kv_bytes).tolist(),
         batch_q_knots=list(BATCH_Q_KNOTS) if batched else [], batch_pc_knots=list(BATCH_PC_KNOTS) if batched else [],
-        prefill_batched=[g.tolist() for g in batched_prefill_grids(p, device, heads_of(s, head_dim), s.kv_bytes)]
-        if batched else [],
+        prefill_batched=[g.tolist() for g in batched_prefill_grids(p, device, heads, s.kv_bytes)] if batched else [],
         notes=tuple(notes),
     )
