@@ -15,6 +15,7 @@
 #   bash scripts/device_fidelity.sh decode       # decode attention: the context staircase, spread and scattered blocks
 #   bash scripts/device_fidelity.sh mixed        # decode rows inside a prompt's attention call against decode-only calls
 #   bash scripts/device_fidelity.sh pbatch       # several prompts' chunks in one attention call against each alone
+#   bash scripts/device_fidelity.sh softcap      # Gemma-2's attention call (soft-capped, scheduled in the call) against the grid's
 #   bash scripts/device_fidelity.sh skew         # decode attention over spread contexts (long-prompt serving) and equal ones
 #   bash scripts/device_fidelity.sh power        # kernels at the power cap: fresh against sustained, duty cycles
 #   bash scripts/device_fidelity.sh int4         # 4-bit Machete with and without zero points, bursts and sustained
@@ -118,6 +119,12 @@ pbatch() {
   unpack || return 1
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   python3 scripts/device_prefill_batch_probe.py --out "$OUT" "$@"
+}
+
+softcap() {
+  unpack || return 1
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  python3 scripts/device_softcap_probe.py --out "$OUT" "$@"
 }
 
 skew() {

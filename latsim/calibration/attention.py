@@ -232,13 +232,15 @@ def _paged(ctx: BenchContext, q_lens: list[int], k_lens: list[int], hq: int, hkv
 
 
 def _flash_paged(ctx: BenchContext, c: dict[str, Any]) -> Any:
-    """vLLM's FA3 call over a paged cache (see the module docstring)."""
+    """vLLM's FA3 call over a paged cache (see the module docstring); ``c["softcap"]``, when a
+    ``prepare`` step sets it, soft-caps the logits as Gemma-2's layers do (0: none)."""
     from vllm.vllm_flash_attn import flash_attn_varlen_func
 
     return flash_attn_varlen_func(c["q"], c["k"], c["v"], max_seqlen_q=c["max_q"], cu_seqlens_q=c["cu_q"],
                                   max_seqlen_k=c["max_k"], seqused_k=c["lens"], causal=True,
                                   window_size=c["window"], block_table=c["table"], scheduler_metadata=c["sched"],
-                                  num_splits=c["splits"], out=c.get("out"), fa_version=3, **c["descale"])
+                                  num_splits=c["splits"], out=c.get("out"), fa_version=3, softcap=c.get("softcap", 0.0),
+                                  **c["descale"])
 
 
 def time_paged_decode(ctx: BenchContext, heads: tuple[int, int, int], k_lens: list[int],
