@@ -9,7 +9,8 @@ back): it shifts every token time of a request, leaving TPOT and ITL unchanged. 
 path also costs ``output_seq_s`` per request whose output the front end handles before a new
 request's first token, which comes last among its step's outputs (the requests running then:
 :func:`latsim.sim.simulate.outputs_ahead`); measured in live runs as the first token's delay
-past the engine's own stamp (``scripts/output_lag.py``).
+past the engine's own stamp (``scripts/output_lag.py``).  Its input path costs ``input_s`` per
+arriving request, which holds back requests that arrive together (:mod:`latsim.sim.frontend`).
 
 A step with more tokens than the largest captured CUDA graph (vLLM: ``min(2 x max_num_seqs,
 512, max_num_batched_tokens)`` tokens, :func:`latsim.engines.vllm.defaults.cudagraph_limit`) runs without graphs: every
@@ -50,7 +51,8 @@ class HostOverhead:
     """Host seconds per step (``step_s + seq_s x sequences``), front-end latency, GPU-time scale,
     the extra seconds per layer of a step run without CUDA graphs, and that step's launch
     (seconds per layer, and the GPU's tail after the launch; zero: not modelled), and the
-    front end's time per output ahead of a first token."""
+    front end's time per output ahead of a first token, and its input work per arriving request
+    (:mod:`latsim.sim.frontend`: what holds requests that arrive together back from the engine)."""
 
     step_s: float
     seq_s: float
@@ -65,6 +67,7 @@ class HostOverhead:
     launch_tail_s: float = 0.0
     launch_sigma: float = 0.0
     output_seq_s: float = 0.0
+    input_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gpu_scale, (int, float)) and 0.0 < self.gpu_scale < 10.0):
@@ -86,7 +89,7 @@ class HostOverhead:
 
 
 SPEED_FIELDS = ("step_s", "seq_s", "frontend_s", "launch_layer_s", "launch_moe_layer_s", "launch_shared_layer_s",
-                "output_seq_s", "eager_layer_s", "eager_moe_layer_s")
+                "output_seq_s", "eager_layer_s", "eager_moe_layer_s", "input_s")
 """The terms that are the engine's CPU time, and so scale with the host's CPU speed (the eager
 terms since the twentieth session: the launch-bound wait inside a graph-less step)."""
 HOST_SPEED_RANGE = (0.1, 10.0)
@@ -149,6 +152,7 @@ class HostOverlapCostModel:
         self.label = getattr(inner, "label", inner.kind)
         self.frontend_s = host.frontend_s
         self.output_seq_s = host.output_seq_s
+        self.input_s = host.input_s
         self._inner_step = inner.step_time  # step_time is hot: bind once
         self.power = getattr(inner, "power", None)
         """The GPU's power-cap terms, when the inner model has them (:mod:`latsim.costmodel.power`)."""

@@ -111,7 +111,7 @@ class Replica:
         steps = self.recorder.num_steps
         if fast is not None:
             future = self.next_arrival()
-            unseen = self.pending[0].arrival if self.pending else future
+            unseen = self.pending[0].ready if self.pending else future
             self.clock, done = fast.advance(start, self.cost, future, self.horizon_s, unseen,
                                             self._reveal if self.pending else None)
             self.outstanding -= done
@@ -129,9 +129,9 @@ class Replica:
     def _reveal(self, cutoff: float) -> float:
         """Hand the scheduler the pending arrivals up to ``cutoff``; the earliest arrival it has not seen."""
         pending, sched = self.pending, self.scheduler
-        while pending and pending[0].arrival <= cutoff:
+        while pending and pending[0].ready <= cutoff:
             sched.add_request(pending.popleft())
-        return pending[0].arrival if pending else self.next_arrival()
+        return pending[0].ready if pending else self.next_arrival()
 
     def _one_step(self) -> float:
         """Run one step; return when the step after it is decided (asynchronous scheduling)."""

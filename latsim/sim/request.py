@@ -55,6 +55,7 @@ class Req:
         "preemptions",
         "prefix_blocks",
         "prompt",
+        "ready",
         "replica",
         "sampled_at",
         "seq",
@@ -69,6 +70,7 @@ class Req:
                  prefix_tokens: int = 0, block_size: int = 16) -> None:
         self.idx = idx
         self.arrival = arrival
+        self.ready = arrival  # when the engine core receives it (latsim.sim.frontend)
         self.prompt = prompt
         self.target = target
         self.group = group

@@ -53,7 +53,9 @@ def rejected_by_engine(prompt: int, output: int, max_model_len: int) -> bool:
 
 
 class ArrivalFeed:
-    """Releases requests at their arrival times (ahead of same-time engine events)."""
+    """Releases requests when the engine receives them (``Req.ready``: the arrival, delayed by the
+    front end's input path, :mod:`latsim.sim.frontend`), ahead of same-time engine events; the
+    requests are in ``ready`` order."""
 
     def __init__(self, env: simpy.Environment, requests: Sequence[Req], replicas: Sequence[Replica],
                  router: Router, max_model_len: int) -> None:
@@ -66,16 +68,16 @@ class ArrivalFeed:
 
     def next_arrival(self) -> float:
         i = self._next
-        return self.requests[i].arrival if i < len(self.requests) else float("inf")
+        return self.requests[i].ready if i < len(self.requests) else float("inf")
 
     def process(self) -> Generator[simpy.Event, None, None]:
         env = self.env
         for req in self.requests:
-            if req.arrival > env.now:
+            if req.ready > env.now:
                 wake = env.event()
                 wake._ok = True
                 wake._value = None
-                env.schedule(wake, simpy.core.URGENT, req.arrival - env.now)
+                env.schedule(wake, simpy.core.URGENT, req.ready - env.now)
                 yield wake
             self._next += 1
             if rejected_by_engine(req.prompt, req.target, self.max_model_len):

@@ -22,6 +22,7 @@ from latsim.metrics.summary import SLO, summarize
 from latsim.registry import engine_spec
 from latsim.sim.engine_spec import EngineSpec, KvPlan
 from latsim.sim.footprint import check_fits_in_memory
+from latsim.sim.frontend import engine_arrivals
 from latsim.sim.protocols import FastForward, Scheduler
 from latsim.sim.recorder import Recorder, canonical_samples
 from latsim.sim.replica import Replica
@@ -88,6 +89,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
         cost_model = default_cost_model(deployment, engine)
     horizon = default_horizon(trace) if horizon_s is None else horizon_s
     requests = _requests(trace, memory.block_size)
+    fed = _through_front_end(requests, getattr(cost_model, "input_s", 0.0), deployment.replicas)
     env = simpy.Environment()
     feed_holder: list[ArrivalFeed] = []
     replicas = []
@@ -98,7 +100,7 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
         replica.scheduler.recorder = replica.recorder
         replica.launch.seed(seed, index)
         replicas.append(replica)
-    feed = ArrivalFeed(env, requests, replicas, make_router(deployment.router), memory.max_model_len)
+    feed = ArrivalFeed(env, fed, replicas, make_router(deployment.router), memory.max_model_len)
     feed_holder.append(feed)
     env.process(feed.process())
     for replica in replicas:
@@ -124,6 +126,17 @@ def _requests(trace: RequestTrace, block_size: int) -> list[Req]:
         return [Req(i, arrival[i], prompt[i], target[i], block_size=block_size) for i in range(len(arrival))]
     g, p = groups.tolist(), (prefix.tolist() if prefix is not None else [0] * len(arrival))
     return [Req(i, arrival[i], prompt[i], target[i], g[i], p[i], block_size) for i in range(len(arrival))]
+
+
+def _through_front_end(requests: list[Req], input_s: float, fronts: int) -> list[Req]:
+    """Set each request's ``ready`` (when the engine core receives it,
+    :func:`~latsim.sim.frontend.engine_arrivals`) and return the requests in that order."""
+    if input_s <= 0.0:
+        return requests
+    ready = engine_arrivals([r.arrival for r in requests], input_s, fronts).tolist()
+    for req, t in zip(requests, ready, strict=True):
+        req.ready = t
+    return sorted(requests, key=lambda r: r.ready) if fronts > 1 else requests
 
 
 def outputs_ahead(requests: list[Req]) -> np.ndarray:
