@@ -1,26 +1,28 @@
-"""Fit the front end's input work per request (``input_s``) on the bursts' engine-core arrival stamps.
+"""Fit the front end's input path (``input_s``, ``input_window_s``) on the bursts' engine-core arrival stamps.
 
     python scripts/fit_input_path.py data/validation [--train h200] [--write]
 
 A burst's requests leave the client within tens of milliseconds, yet vLLM's core queues all but
-the first few only once the sending is over (``engine_queued_s``, the core's stamp, kept by the
-live driver since the thirty-seventh session): the front end's event loop hands requests to the
-core in a later turn than it takes them in, so a stream of arrivals holds the hand-overs back
-(:mod:`latsim.sim.frontend`).  Per burst level with those stamps this compares, request by
-request, the measured hold-back (queued less sent, less the level's least, which is the
-first request's: it reaches the core alone, and its path, every request's, stays in
-``frontend_s``) with the model's (:func:`~latsim.sim.frontend.engine_arrivals` of the sent times
-at ``input_s / host speed``, the speed from the level's host probe: the work is the front end's
-CPU time), and scans ``input_s``: the value whose median over the training
-levels (``--train``: the GPU whose bursts train; the others are held out) of each level's mean
-|model - measured| is least.  Prints the scan and, per level, the send span and the measured
-and modelled median hold-back at the fitted value; ``--write`` puts ``input_s`` into the
-``calibrated`` entry of the host-terms file (``--yaml``) with its provenance.
+the first few only once the sending is over, or in two to four batches for the longest bursts
+(``engine_queued_s``, the core's stamp, kept by the live driver since the thirty-seventh
+session): the front end's event loop hands requests to the core in a later turn than it takes
+them in, so a stream of arrivals holds the hand-overs back (:mod:`latsim.sim.frontend`).  Per
+burst level with those stamps this compares, request by request, the measured hold-back (queued
+less sent, less the level's least, which is the first request's: it reaches the core alone, and
+its path, every request's, stays in ``frontend_s``) with the model's
+(:func:`~latsim.sim.frontend.engine_arrivals` of the sent times at ``input_s / host speed``, the
+speed from the level's host probe: the work is the front end's CPU time; the window is not
+scaled), and scans both terms (:data:`GRID_S` x :data:`WINDOWS_S`): the pair whose median over
+the training levels (``--train``: the GPU whose bursts train; the others are held out) of each
+level's mean |model - measured| is least.  Prints the scan and, per level, the send span and the
+measured and modelled median hold-back at the fitted pair; ``--write`` puts both into the
+``calibrated`` entry of the host-terms file (``--yaml``) with their provenance.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +33,12 @@ from latsim.provenance import display_path, round_decimals, run_inputs, signific
 from latsim.sim.frontend import engine_arrivals
 from latsim.validate.compare import find_runs, recorded_device, run_host_speed
 
-GRID_S = np.round(np.arange(0.0, 1.5e-3 + 1e-9, 2e-5), 8)
-"""The values of ``input_s`` scanned (0-1.5 ms in 20 us steps)."""
+GRID_S = np.round(np.arange(2e-4, 1.0e-3 + 1e-9, 2e-5), 8)
+"""The values of ``input_s`` scanned (0.2-1.0 ms in 20 us steps; 0, no hold-back, is reported beside)."""
+WINDOWS_S = (0.0, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
+"""The values of ``input_window_s`` scanned (0: a busy period holds its hand-overs to its end)."""
 DECIMALS = 8
-"""Decimal places of the written term (0.01 us)."""
+"""Decimal places of the written terms (0.01 us)."""
 
 
 def burst_level(run: Path) -> dict[str, object] | None:
@@ -53,21 +57,29 @@ def burst_level(run: Path) -> dict[str, object] | None:
             "gpu": recorded_device(m.meta) or "unknown"}
 
 
-def level_error(level: dict, input_s: float) -> float:
-    """Mean |modelled - measured| hold-back (seconds) of one level at ``input_s`` (reference host)."""
-    held = modelled_hold_back(level["sent"], input_s / level["speed"])
+def level_error(level: dict, input_s: float, window_s: float) -> float:
+    """Mean |modelled - measured| hold-back (seconds) of one level at ``input_s`` (reference host)
+    and ``window_s``."""
+    held = modelled_hold_back(level["sent"], input_s / level["speed"], window_s)
     return float(np.mean(np.abs(held - level["held"])))
 
 
-def modelled_hold_back(sent: np.ndarray, work_s: float) -> np.ndarray:
+def modelled_hold_back(sent: np.ndarray, work_s: float, window_s: float) -> np.ndarray:
     """The model's hold-back of requests sent at ``sent`` with ``work_s`` seconds of front-end work
-    each (ready less sent: a request alone is not held back)."""
-    return engine_arrivals(sent, work_s) - sent
+    each, hand-overs held at most ``window_s`` (0: no limit): ready less sent, a request alone is
+    not held back."""
+    return engine_arrivals(sent, work_s, window_s=window_s if window_s > 0 else math.inf) - sent
 
 
 def scan(levels: list[dict]) -> np.ndarray:
-    """The median over ``levels`` of :func:`level_error` at every value of :data:`GRID_S`."""
-    return np.array([np.median([level_error(lv, w) for lv in levels]) for w in GRID_S])
+    """The median over ``levels`` of :func:`level_error` at every (``input_s``, window) of
+    :data:`GRID_S` x :data:`WINDOWS_S`."""
+    return np.array([[np.median([level_error(lv, w, win) for lv in levels]) for win in WINDOWS_S] for w in GRID_S])
+
+
+def lone_error(levels: list[dict]) -> float:
+    """The median over ``levels`` of the mean |measured hold-back|: the error of no hold-back."""
+    return float(np.median([np.mean(np.abs(lv["held"])) for lv in levels]))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -88,33 +100,37 @@ def main(argv: list[str] | None = None) -> None:
         gpus = ", ".join(sorted({str(lv["gpu"]) for lv in levels})) or "none"
         ap.error(f"--train {args.train!r}: no burst level with the core's queue stamps measured on it under "
                  f"{display_path(args.root)} (GPUs there: {gpus})")
-    train_err, held_err = scan(train), (scan(held) if held else np.full(len(GRID_S), np.nan))
-    best = float(GRID_S[int(np.argmin(train_err))])
-    for w, a, b in zip(GRID_S[::5], train_err[::5], held_err[::5], strict=True):
-        print(f"input_s {w * 1e3:5.2f} ms  median |error| of the hold-back: training {a * 1e3:5.1f} ms  "
-              f"held out {b * 1e3:5.1f} ms")
-    print(f"fitted input_s {best * 1e3:.2f} ms ({len(train)} training levels on {args.train}, {len(held)} held out): "
-          f"training {train_err.min() * 1e3:.1f} ms, held out {held_err[int(np.argmin(train_err))] * 1e3:.1f} ms, "
-          f"at 0: {train_err[0] * 1e3:.1f} / {held_err[0] * 1e3:.1f} ms")
+    train_err = scan(train)
+    held_err = scan(held) if held else np.full(train_err.shape, np.nan)
+    i, j = np.unravel_index(int(np.argmin(train_err)), train_err.shape)
+    best, window = float(GRID_S[i]), float(WINDOWS_S[j])
+    zero = (lone_error(train), lone_error(held) if held else math.nan)
+    print("median |error| of the hold-back (ms), training / held out, per input_s (rows) and window (columns, 0: none):")
+    print("input_s  " + "".join(f"{w * 1e3:>12.0f}" for w in WINDOWS_S))
+    for k in range(0, len(GRID_S), 5):
+        print(f"{GRID_S[k] * 1e3:5.2f} ms " + "".join(
+            f"{train_err[k, m] * 1e3:6.1f}/{held_err[k, m] * 1e3:5.1f}" for m in range(len(WINDOWS_S))))
+    print(f"fitted input_s {best * 1e3:.2f} ms, window {window * 1e3:.0f} ms ({len(train)} training levels on "
+          f"{args.train}, {len(held)} held out): training {train_err[i, j] * 1e3:.1f} ms, held out "
+          f"{held_err[i, j] * 1e3:.1f} ms; without a hold-back {zero[0] * 1e3:.1f} / {zero[1] * 1e3:.1f} ms")
     for lv in levels:
         sent = lv["sent"]
-        modelled = modelled_hold_back(sent, best / lv["speed"])
+        modelled = modelled_hold_back(sent, best / lv["speed"], window)
         print(f"  {display_path(lv['run']):64s} speed {lv['speed']:4.2f}  "
               f"sent over {(sent[-1] - sent[0]) * 1e3:6.1f} ms  "
               f"held back median {np.median(lv['held']) * 1e3:6.1f} ms, modelled {np.median(modelled) * 1e3:6.1f}")
     if args.write:
-        at = int(np.argmin(train_err))
-        errors = {"training": float(train_err[at]), "training_at_0": float(train_err[0])}
+        errors = {"training": float(train_err[i, j]), "training_without": zero[0]}
         if held:
-            errors |= {"held_out": float(held_err[at]), "held_out_at_0": float(held_err[0])}
-        results = significant({"input_s": best, "training_levels": len(train), "held_out_levels": len(held),
-                               "median_abs_error_s": errors}, 6)
+            errors |= {"held_out": float(held_err[i, j]), "held_out_without": zero[1]}
+        results = significant({"input_s": best, "input_window_s": window, "training_levels": len(train),
+                               "held_out_levels": len(held), "median_abs_error_s": errors}, 6)
         inputs = {"train_gpu": args.train, "training_runs": run_inputs(Path(str(lv["run"])) for lv in train),
                   "held_out_runs": run_inputs(Path(str(lv["run"])) for lv in held),
-                  "grid_s": [float(GRID_S[0]), float(GRID_S[-1]), float(GRID_S[1] - GRID_S[0])],
-                  "decimals": {"input_s": DECIMALS}}
-        host_write.write_or_exit(args.yaml, {"input_s": round_decimals(best, DECIMALS)}, inputs, results,
-                                 script="fit_input_path")
+                  "input_s_grid": [float(GRID_S[0]), float(GRID_S[-1]), float(GRID_S[1] - GRID_S[0])],
+                  "windows_s": list(WINDOWS_S), "decimals": DECIMALS}
+        terms = {"input_s": round_decimals(best, DECIMALS), "input_window_s": round_decimals(window, DECIMALS)}
+        host_write.write_or_exit(args.yaml, terms, inputs, results, script="fit_input_path")
 
 
 if __name__ == "__main__":

@@ -104,7 +104,8 @@ class CostModel(StepPricer, Protocol):
     - ``output_seq_s``: latency added to a request's first token per other request running
       when it came out (the front end hands their outputs on before the new request's).
     - ``input_s``: the front end's work per arriving request, which holds back from the engine
-      requests that arrive together (:mod:`latsim.sim.frontend`).
+      requests that arrive together, for at most ``input_window_s`` (0: no limit) at a time
+      (:mod:`latsim.sim.frontend`).
     - ``launch_from``: steps of more tokens than this are launched kernel by kernel
       (``None``: no step is); ``launch_s(batch)`` is that launch's CPU seconds,
       ``launch_tail_s`` the least time the GPU runs after it, ``launch_sigma`` the log-normal
@@ -117,6 +118,7 @@ class CostModel(StepPricer, Protocol):
     frontend_s: float
     output_seq_s: float
     input_s: float
+    input_window_s: float
     launch_from: int | None
     launch_tail_s: float
     launch_sigma: float
@@ -150,6 +152,7 @@ class NoHostTerms:
     frontend_s = 0.0
     output_seq_s = 0.0
     input_s = 0.0
+    input_window_s = 0.0
     launch_from: int | None = None
     launch_tail_s = 0.0
     launch_sigma = 0.0

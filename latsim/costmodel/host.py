@@ -52,7 +52,8 @@ class HostOverhead:
     the extra seconds per layer of a step run without CUDA graphs, and that step's launch
     (seconds per layer, and the GPU's tail after the launch; zero: not modelled), and the
     front end's time per output ahead of a first token, and its input work per arriving request
-    (:mod:`latsim.sim.frontend`: what holds requests that arrive together back from the engine)."""
+    and the longest it holds hand-overs (:mod:`latsim.sim.frontend`: what holds requests that
+    arrive together back from the engine; a window of 0: none)."""
 
     step_s: float
     seq_s: float
@@ -68,6 +69,7 @@ class HostOverhead:
     launch_sigma: float = 0.0
     output_seq_s: float = 0.0
     input_s: float = 0.0
+    input_window_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gpu_scale, (int, float)) and 0.0 < self.gpu_scale < 10.0):
@@ -153,6 +155,7 @@ class HostOverlapCostModel:
         self.frontend_s = host.frontend_s
         self.output_seq_s = host.output_seq_s
         self.input_s = host.input_s
+        self.input_window_s = host.input_window_s
         self._inner_step = inner.step_time  # step_time is hot: bind once
         self.power = getattr(inner, "power", None)
         """The GPU's power-cap terms, when the inner model has them (:mod:`latsim.costmodel.power`)."""

@@ -103,7 +103,7 @@ class _Tally:
     def __init__(self, inner: HostOverlapCostModel) -> None:
         self.inner = inner
         self.kind, self.frontend_s, self.output_seq_s = inner.kind, inner.frontend_s, inner.output_seq_s
-        self.input_s = inner.input_s
+        self.input_s, self.input_window_s = inner.input_s, inner.input_window_s
         self.launch_from, self.launch_tail_s, self.launch_sigma = (inner.launch_from, inner.launch_tail_s,
                                                                    inner.launch_sigma)
         # the power model's terms, so that the GPU's clock moves the same steps as in the prediction

@@ -89,7 +89,8 @@ def simulate(deployment: Deployment, trace: RequestTrace, *, seed: int = 0, cost
         cost_model = default_cost_model(deployment, engine)
     horizon = default_horizon(trace) if horizon_s is None else horizon_s
     requests = _requests(trace, memory.block_size)
-    fed = _through_front_end(requests, getattr(cost_model, "input_s", 0.0), deployment.replicas)
+    fed = _through_front_end(requests, getattr(cost_model, "input_s", 0.0), deployment.replicas,
+                             getattr(cost_model, "input_window_s", 0.0))
     env = simpy.Environment()
     feed_holder: list[ArrivalFeed] = []
     replicas = []
@@ -128,12 +129,14 @@ def _requests(trace: RequestTrace, block_size: int) -> list[Req]:
     return [Req(i, arrival[i], prompt[i], target[i], g[i], p[i], block_size) for i in range(len(arrival))]
 
 
-def _through_front_end(requests: list[Req], input_s: float, fronts: int) -> list[Req]:
+def _through_front_end(requests: list[Req], input_s: float, fronts: int, window_s: float = 0.0) -> list[Req]:
     """Set each request's ``ready`` (when the engine core receives it,
-    :func:`~latsim.sim.frontend.engine_arrivals`) and return the requests in that order."""
+    :func:`~latsim.sim.frontend.engine_arrivals`; ``window_s`` 0: no window) and return the
+    requests in that order."""
     if input_s <= 0.0:
         return requests
-    ready = engine_arrivals([r.arrival for r in requests], input_s, fronts).tolist()
+    window = window_s if window_s > 0.0 else math.inf
+    ready = engine_arrivals([r.arrival for r in requests], input_s, fronts, window).tolist()
     for req, t in zip(requests, ready, strict=True):
         req.ready = t
     return sorted(requests, key=lambda r: r.ready) if fronts > 1 else requests

@@ -67,3 +67,16 @@ def test_the_engine_sees_a_burst_only_once_the_front_end_has_handed_it_over(fast
     assert plain["first_scheduled_s"].min() == 0.0
     shift = (held["first_token_s"] - plain["first_token_s"]).to_numpy()
     assert shift == pytest.approx(np.full(20, 19 * 2e-3))
+
+
+def test_a_long_busy_period_hands_over_every_window() -> None:
+    """400 requests at once, 0.5 ms each (200 ms of work), a 60 ms window: hand-overs at 60, 120
+    and 180 ms of those done by then, the rest at the end."""
+    ready = engine_arrivals(np.zeros(400), 5e-4, window_s=0.06)
+    times, counts = np.unique(np.round(ready + 5e-4, 9), return_counts=True)
+    assert times.tolist() == pytest.approx([0.06, 0.12, 0.18, 0.2])
+    assert counts.tolist() == [120, 120, 120, 40]
+    assert (np.diff(ready) >= 0).all()
+    assert engine_arrivals(np.zeros(100), 5e-4, window_s=1.0) == pytest.approx(engine_arrivals(np.zeros(100), 5e-4))
+    with pytest.raises(ValueError, match="window_s"):
+        engine_arrivals(np.zeros(3), 5e-4, window_s=0.0)

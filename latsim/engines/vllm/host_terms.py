@@ -22,7 +22,7 @@ HOST_TERMS_KEY = "vllm-0.25.1"
 """The entry of ``host.yaml`` that describes the engine latsim models."""
 
 LAUNCH_FIELDS = ("launch_layer_s", "launch_moe_layer_s", "launch_shared_layer_s", "launch_tail_s", "launch_sigma")
-CPU_FIELDS = ("step_s", "seq_s", "frontend_s", "output_seq_s", "input_s", *LAUNCH_FIELDS)
+CPU_FIELDS = ("step_s", "seq_s", "frontend_s", "output_seq_s", "input_s", "input_window_s", *LAUNCH_FIELDS)
 """The engine's CPU-side terms: they do not depend on the GPU model, so an entry may take them
 from another (``cpu_terms_from: <kind>``) rather than repeat them."""
 REQUIRED_FIELDS = ("step_s", "seq_s", "frontend_s")
