@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
                                "held_out_levels": len(held), "median_abs_error_s": errors}, 6)
         inputs = {"train_gpu": args.train, "training_runs": run_inputs(Path(str(lv["run"])) for lv in train),
                   "held_out_runs": run_inputs(Path(str(lv["run"])) for lv in held),
-                  "input_s_grid": [float(GRID_S[0]), float(GRID_S[-1]), float(GRID_S[1] - GRID_S[0])],
+                  "input_s_grid": [float(GRID_S[0]), float(GRID_S[-1]), round(float(GRID_S[1] - GRID_S[0]), 8)],
                   "windows_s": list(WINDOWS_S), "decimals": DECIMALS}
         terms = {"input_s": round_decimals(best, DECIMALS), "input_window_s": round_decimals(window, DECIMALS)}
         host_write.write_or_exit(args.yaml, terms, inputs, results, script="fit_input_path")

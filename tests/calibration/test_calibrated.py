@@ -186,12 +186,21 @@ def test_one_chunk_keeps_its_own_table_and_counts_between_knots_interpolate(
 
 
 def test_a_profile_without_the_rule_prices_chunks_as_lone_calls() -> None:
-    shipped = load_calibrated(load_model("gemma-2-9b"), load_device("h200"))
-    assert not shipped.tables.prefill_batched
-    assert shipped._prefill_ratio(16, 512.0, 0.0) == shipped._prefill_ratio(1, 512.0, 0.0)
+    """The measured H100 and H200 profiles carry the rule (the fifty-eighth session); a profile
+    without the key, or with ``lone``, prices n chunks as n lone calls."""
+    for device in ("h100", "h200"):
+        assert load_calibrated(load_model("gemma-2-9b"), load_device(device)).tables.prefill_batched
     lone = _with_batching("lone")
-    assert lone.attention_s(BatchShape.from_chunks([(512, 0)] * 16, [])) == pytest.approx(
-        shipped.attention_s(BatchShape.from_chunks([(512, 0)] * 16, [])))
+    assert not lone.tables.prefill_batched
+    assert lone._prefill_ratio(16, 512.0, 0.0) == lone._prefill_ratio(1, 512.0, 0.0)
+    dev, model, shipped = load_device("h200"), load_model("gemma-2-9b"), load_predictors(has_profile("h200"))
+    bare = replace(shipped, profile={k: v for k, v in shipped.profile.items() if k != "prefill_batching"})
+    shard = shard_model(model, 1)
+    unkeyed = CalibratedCostModel(model, dev, shard, build_tables(bare, shard, dev, model.head_dim),
+                                  FixedCosts(0.0, 0.0, 0.0, 0.0), weight_dtype="bf16", kv_dtype="bf16")
+    step = BatchShape.from_chunks([(512, 0)] * 16, [])
+    assert unkeyed.attention_s(step) == pytest.approx(lone.attention_s(step))
+    assert _with_batching("heads").attention_s(step) < 0.8 * lone.attention_s(step)
 
 
 def test_an_unknown_batching_rule_is_refused_by_name() -> None:
