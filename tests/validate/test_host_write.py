@@ -37,6 +37,7 @@ def test_the_shipped_file_holds_data_only_with_a_record_per_script() -> None:
                                              "launch_shared_layer_s"},
              ("calibrated", "fit_engine_host"): {"frontend_s", "gpu_scale", "eager_layer_s", "eager_moe_layer_s",
                                                  "launch_moe_layer_s"},
+             ("calibrated", "fit_input_path"): {"input_s", "input_window_s"},
              # the CPU terms of the day it ran (the eager terms counted as GPU time until the twentieth session)
              # and before the shared expert's launch (fifty-first session) and the input path (fifty-eighth)
              ("calibrated", "host_reference"): set(SPEED_FIELDS) - {"eager_layer_s", "eager_moe_layer_s",
