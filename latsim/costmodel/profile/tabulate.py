@@ -22,9 +22,10 @@ tables that :class:`~latsim.costmodel.calibrated.CalibratedCostModel` interpolat
   128-2,048 tokens under six head shapes at 0.97-1.15 of the heads price (median per shape and
   count, ``data/kernels/h100-prefill-batch``), ``n`` lone calls at 1.3-3.5 x; in the live
   engine's burst steps (``data/traces/h100/s57``) the heads price within 0.75-1.26 x of the
-  attention kernels, ``n`` lone calls 1.7-9.8 x.  No shipped profile says so yet: the host terms
-  were fitted with the lone-call price and are refitted first (``docs/validation.md``, "The live
-  engine's own burst steps").
+  attention kernels, ``n`` lone calls 1.7-9.8 x.  The H100 and H200 profiles say so since the
+  fifty-eighth session (``docs/validation.md``, "The front end's input path, and the
+  batched-prefill rule turned on"); the imported ones (A100, L40S, B200, the ``-aic`` imports)
+  do not, no live run having checked them.
 
 Resolution (knots): T and S every integer 1..512, then steps of 2 % up to 131072 (beyond,
 linear extrapolation: time per token is flat there); D every integer 1..32, then 8 % steps to
