@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     i, j = np.unravel_index(int(np.argmin(train_err)), train_err.shape)
     best, window = float(GRID_S[i]), float(WINDOWS_S[j])
     zero = (lone_error(train), lone_error(held) if held else math.nan)
-    print("median |error| of the hold-back (ms), training / held out, per input_s (rows) and window (columns, 0: none):")
+    print("median |error| of the hold-back (ms), training / held out, per input_s (rows) "
+          "and window (columns, 0: none):")
     print("input_s  " + "".join(f"{w * 1e3:>12.0f}" for w in WINDOWS_S))
     for k in range(0, len(GRID_S), 5):
         print(f"{GRID_S[k] * 1e3:5.2f} ms " + "".join(
