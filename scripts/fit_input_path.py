@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("root", type=Path, help="a folder of measured levels (data/validation)")
     ap.add_argument("--train", default="h200", help="the GPU whose bursts train (the others are held out)")
     ap.add_argument("--yaml", type=Path, default=host_write.shipped_path(), help="the host-terms file")
-    ap.add_argument("--write", action="store_true", help="write input_s into --yaml")
+    ap.add_argument("--write", action="store_true", help="write input_s and input_window_s into --yaml")
     args = ap.parse_args(argv)
     try:
         runs = find_runs(args.root)
