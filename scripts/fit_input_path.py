@@ -30,7 +30,7 @@ import numpy as np
 from latsim.engines.vllm import host_write
 from latsim.measure.records import load_run
 from latsim.provenance import display_path, round_decimals, run_inputs, significant
-from latsim.sim.frontend import engine_arrivals
+from latsim.sim.frontend import engine_arrivals, window_of
 from latsim.validate.compare import find_runs, recorded_device, run_host_speed
 
 GRID_S = np.round(np.arange(2e-4, 1.0e-3 + 1e-9, 2e-5), 8)
@@ -68,7 +68,7 @@ def modelled_hold_back(sent: np.ndarray, work_s: float, window_s: float) -> np.n
     """The model's hold-back of requests sent at ``sent`` with ``work_s`` seconds of front-end work
     each, hand-overs held at most ``window_s`` (0: no limit): ready less sent, a request alone is
     not held back."""
-    return engine_arrivals(sent, work_s, window_s=window_s if window_s > 0 else math.inf) - sent
+    return engine_arrivals(sent, work_s, window_s=window_of(window_s)) - sent
 
 
 def scan(levels: list[dict]) -> np.ndarray:

@@ -56,6 +56,12 @@ def engine_arrivals(arrival_s: npt.ArrayLike, input_s: float, fronts: int = 1,
     return np.maximum(ready, arrival)
 
 
+def window_of(input_window_s: float) -> float:
+    """The ``window_s`` of :func:`engine_arrivals` a host term ``input_window_s`` stands for
+    (the host terms must be finite, so there 0 means no window: inf)."""
+    return input_window_s if input_window_s > 0.0 else math.inf
+
+
 def _hand_overs(arrival: np.ndarray, work: float, window: float) -> np.ndarray:
     """For ascending ``arrival`` times each bringing ``work`` seconds to one server taken in order,
     when each is handed over: at the end of its busy period, or at the first multiple of

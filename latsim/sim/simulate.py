@@ -22,7 +22,7 @@ from latsim.metrics.summary import SLO, summarize
 from latsim.registry import engine_spec
 from latsim.sim.engine_spec import EngineSpec, KvPlan
 from latsim.sim.footprint import check_fits_in_memory
-from latsim.sim.frontend import engine_arrivals
+from latsim.sim.frontend import engine_arrivals, window_of
 from latsim.sim.protocols import FastForward, Scheduler
 from latsim.sim.recorder import Recorder, canonical_samples
 from latsim.sim.replica import Replica
@@ -135,8 +135,7 @@ def _through_front_end(requests: list[Req], input_s: float, fronts: int, window_
     requests in that order."""
     if input_s <= 0.0:
         return requests
-    window = window_s if window_s > 0.0 else math.inf
-    ready = engine_arrivals([r.arrival for r in requests], input_s, fronts, window).tolist()
+    ready = engine_arrivals([r.arrival for r in requests], input_s, fronts, window_of(window_s)).tolist()
     for req, t in zip(requests, ready, strict=True):
         req.ready = t
     return sorted(requests, key=lambda r: r.ready) if fronts > 1 else requests

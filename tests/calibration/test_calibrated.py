@@ -144,10 +144,12 @@ def _lone_call_s(pred: Predictors, dev: DeviceSpec, heads: tuple[int, int, int],
     return float(pred.attn_prefill_s(np.array([q]), np.array([ctx]), heads, dev)[0])
 
 
-def _with_batching(rule: str, name: str = "gemma-2-9b") -> CalibratedCostModel:
-    """The shipped H200 profile's cost model of ``name`` with ``prefill_batching`` set to ``rule``."""
+def _with_batching(rule: str | None, name: str = "gemma-2-9b") -> CalibratedCostModel:
+    """The shipped H200 profile's cost model of ``name`` with ``prefill_batching`` set to ``rule``
+    (``None``: the key taken out)."""
     dev, model, shipped = load_device("h200"), load_model(name), load_predictors(has_profile("h200"))
-    pred = replace(shipped, profile={**shipped.profile, "prefill_batching": rule})
+    profile = {k: v for k, v in shipped.profile.items() if k != "prefill_batching"}
+    pred = replace(shipped, profile=profile if rule is None else {**profile, "prefill_batching": rule})
     shard = shard_model(model, 1)
     return CalibratedCostModel(model, dev, shard, build_tables(pred, shard, dev, model.head_dim),
                                FixedCosts(0.0, 0.0, 0.0, 0.0), weight_dtype="bf16", kv_dtype="bf16")
@@ -185,7 +187,7 @@ def test_one_chunk_keeps_its_own_table_and_counts_between_knots_interpolate(
     assert cm._prefill_ratio(10_000, 64.0, 0.0) == cm._prefill_ratio(128, 64.0, 0.0)  # past the last count
 
 
-def test_a_profile_without_the_rule_prices_chunks_as_lone_calls() -> None:
+def test_a_profile_without_the_rule_prices_chunks_as_lone_calls(batched_gemma: CalibratedCostModel) -> None:
     """The measured H100 and H200 profiles carry the rule (the fifty-eighth session); a profile
     without the key, or with ``lone``, prices n chunks as n lone calls."""
     for device in ("h100", "h200"):
@@ -193,14 +195,9 @@ def test_a_profile_without_the_rule_prices_chunks_as_lone_calls() -> None:
     lone = _with_batching("lone")
     assert not lone.tables.prefill_batched
     assert lone._prefill_ratio(16, 512.0, 0.0) == lone._prefill_ratio(1, 512.0, 0.0)
-    dev, model, shipped = load_device("h200"), load_model("gemma-2-9b"), load_predictors(has_profile("h200"))
-    bare = replace(shipped, profile={k: v for k, v in shipped.profile.items() if k != "prefill_batching"})
-    shard = shard_model(model, 1)
-    unkeyed = CalibratedCostModel(model, dev, shard, build_tables(bare, shard, dev, model.head_dim),
-                                  FixedCosts(0.0, 0.0, 0.0, 0.0), weight_dtype="bf16", kv_dtype="bf16")
     step = BatchShape.from_chunks([(512, 0)] * 16, [])
-    assert unkeyed.attention_s(step) == pytest.approx(lone.attention_s(step))
-    assert _with_batching("heads").attention_s(step) < 0.8 * lone.attention_s(step)
+    assert _with_batching(None).attention_s(step) == pytest.approx(lone.attention_s(step))
+    assert batched_gemma.attention_s(step) < 0.8 * lone.attention_s(step)
 
 
 def test_an_unknown_batching_rule_is_refused_by_name() -> None:

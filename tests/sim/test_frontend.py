@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from latsim.sim.frontend import engine_arrivals
+from latsim.sim.frontend import engine_arrivals, window_of
 from latsim.sim.simulate import simulate
 from latsim.workload.trace import RequestTrace
 from tests.sim.conftest import LinearCost, small_deployment
@@ -80,3 +80,4 @@ def test_a_long_busy_period_hands_over_every_window() -> None:
     assert engine_arrivals(np.zeros(100), 5e-4, window_s=1.0) == pytest.approx(engine_arrivals(np.zeros(100), 5e-4))
     with pytest.raises(ValueError, match="window_s"):
         engine_arrivals(np.zeros(3), 5e-4, window_s=0.0)
+    assert window_of(0.0) == np.inf and window_of(0.06) == 0.06  # the host term's 0: no window
